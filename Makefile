@@ -1,0 +1,53 @@
+# The two commands: `make up` runs the appliance, `make test` passes the tests.
+# Every target installs what it needs (virtualenv, Python packages, Debian packages).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+STACK_DIR ?= .stack
+# `make up STACK=embedded` forces the local-process stack even where Docker answers.
+STACK  ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo embedded)
+COMPOSE := docker compose -f compose/docker-compose.yml
+
+.PHONY: up down status test bench lint deps system-deps
+
+deps: system-deps $(STAMP)
+
+system-deps:
+	@sh compose/system-deps.sh
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing Python packages into $(VENV) (first run takes a few minutes)"
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -U pip 2>&1 | grep -v '^WARNING: Location' || true
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 \
+		| grep -v -e '^WARNING: Location' -e 'BuildBackendWarning' || true
+	@$(BIN)/python -c 'import bottler, confluent_kafka, psycopg, noida_db' \
+		|| { echo "Python packages failed to install; see the messages above"; exit 1; }
+	@touch $(STAMP)
+
+ifeq ($(STACK),docker)
+up: deps
+	$(COMPOSE) up -d --build
+down:
+	$(COMPOSE) down
+else
+up: deps
+	@$(BIN)/bottler stack up --dir $(STACK_DIR)
+	@. ./$(STACK_DIR)/env && $(BIN)/bottler demo seed
+down: $(STAMP)
+	@$(BIN)/bottler stack down --dir $(STACK_DIR)
+endif
+
+status: $(STAMP)
+	@$(BIN)/bottler stack status --dir $(STACK_DIR)
+
+test: deps
+	$(BIN)/pytest
+
+bench: deps
+	$(BIN)/python -m tests.bench
+
+lint: $(STAMP)
+	$(BIN)/ruff check .

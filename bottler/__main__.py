@@ -1,0 +1,3 @@
+from bottler.cli import main
+
+main()

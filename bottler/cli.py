@@ -1,0 +1,151 @@
+"""The `bottler` command line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from bottler.errors import BottlerError
+from bottler.logs import setup_logging
+from bottler.redact import redact
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+stack_app = typer.Typer(no_args_is_help=True, help="The embedded stack of real services.")
+registry_app = typer.Typer(no_args_is_help=True, help="The schema registry.")
+demo_app = typer.Typer(no_args_is_help=True, help="The demo shop database.")
+app.add_typer(stack_app, name="stack")
+app.add_typer(registry_app, name="registry")
+app.add_typer(demo_app, name="demo")
+
+out = Console()
+err = Console(stderr=True, soft_wrap=True)  # an error stays on one greppable line
+
+StackDir = typer.Option(
+    Path(".stack"), "--dir", envvar="BOTTLER_STACK_DIR", help="Where the stack keeps its data."
+)
+
+
+def _port(name: str, default: int):
+    return typer.Option(
+        None, f"--{name}-port", envvar=f"BOTTLER_STACK_{name.upper()}_PORT",
+        help=f"{name} port (default {default}, or the port the stack last used).",
+        show_default=False,
+    )
+
+
+def _stack(root: Path, ports: dict[str, int | None] | None = None):
+    from compose.stack import Stack
+
+    return Stack(root, ports)
+
+
+def _print_stack(stack, outcome: dict[str, str] | None = None) -> None:
+    ep = stack.endpoints
+    where = {
+        "postgres": ep.pg_dsn,
+        "broker": f"kafka {ep.kafka} · search {ep.search}",
+        "registry": ep.registry,
+    }
+    table = Table(title=f"bottler stack ({stack.root})", title_justify="left")
+    for col in ("service", "state", "pid", "endpoint"):
+        table.add_column(col)
+    for name, pid in stack.status().items():
+        state = (outcome or {}).get(name) or ("running" if pid else "stopped")
+        table.add_row(name, state, str(pid or "-"), redact(where[name]))
+    out.print(table)
+
+
+@stack_app.command("up")
+def stack_up(
+    root: Path = StackDir,
+    postgres_port: int | None = _port("postgres", 15432),
+    kafka_port: int | None = _port("kafka", 19092),
+    registry_port: int | None = _port("registry", 18081),
+    search_port: int | None = _port("search", 19200),
+) -> None:
+    """Start PostgreSQL, the broker (Kafka + search APIs) and the registry; idempotent."""
+    ports = dict(postgres=postgres_port, kafka=kafka_port, registry=registry_port,
+                 search=search_port)
+    stack = _stack(root, ports)
+    outcome = stack.up()
+    _print_stack(stack, outcome)
+    out.print(f"Endpoints are in [bold]{stack.env_file}[/]; load them with "
+              f"[bold]. {_relative(stack.env_file)}[/]")
+    for key, value in stack.endpoints.env().items():
+        out.print(f"  {key}={redact(value)}")
+
+
+@stack_app.command("down")
+def stack_down(root: Path = StackDir) -> None:
+    """Stop every process the stack started (data is kept)."""
+    stack = _stack(root)
+    outcome = stack.down()
+    for name, what in outcome.items():
+        out.print(f"{name}: {what}")
+
+
+@stack_app.command("status")
+def stack_status(root: Path = StackDir) -> None:
+    """Show each service, its PID and endpoint. Exits 1 when something is not running."""
+    stack = _stack(root)
+    _print_stack(stack)
+    if not all(stack.status().values()):
+        raise typer.Exit(1)
+
+
+@stack_app.command("reset")
+def stack_reset(
+    root: Path = StackDir,
+    yes: bool = typer.Option(False, "--yes", help="Do not ask for confirmation."),
+) -> None:
+    """Stop the stack and delete all its data."""
+    if not yes:
+        typer.confirm(f"Delete {root.resolve()} and all the stack's data?", abort=True)
+    _stack(root).reset()
+    out.print(f"removed {root}")
+
+
+@registry_app.command("serve")
+def registry_serve(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    port: int = typer.Option(8081, help="Port to listen on."),
+    kafka: str = typer.Option(..., envvar="BOTTLER_KAFKA", help="Kafka bootstrap servers."),
+    topic: str = typer.Option("_schemas", help="Compacted topic that stores the schemas."),
+) -> None:
+    """Run the schema registry (Confluent REST API subset) in the foreground."""
+    from schemas.registry.server import serve
+
+    serve(host, port, kafka, topic)
+
+
+@demo_app.command("seed")
+def demo_seed(
+    dsn: str = typer.Option(..., "--postgres", "-d", envvar="BOTTLER_PG_DSN",
+                            help="The database to fill with the demo shop."),
+) -> None:
+    """Create and fill the demo shop (customers, products, orders, order items); idempotent."""
+    from compose.demo import seed
+
+    counts = seed(dsn)
+    for table, n in counts.items():
+        out.print(f"{table}: {n} rows")
+
+
+def _relative(path: Path) -> Path:
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
+def main() -> None:
+    setup_logging()
+    try:
+        app(prog_name="bottler")
+    except BottlerError as exc:
+        err.print(f"[bold red]error:[/] {redact(str(exc))}", highlight=False)
+        sys.exit(2)

@@ -1,0 +1,21 @@
+"""Connecting to PostgreSQL with errors a user can act on (and no password in them)."""
+
+from __future__ import annotations
+
+import psycopg
+
+from bottler.errors import BottlerError
+from bottler.redact import redact
+
+
+def connect(dsn: str, **kwargs) -> psycopg.Connection:
+    try:
+        return psycopg.connect(dsn, connect_timeout=10, **kwargs)
+    except psycopg.OperationalError as exc:
+        reason = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))
+        raise BottlerError(
+            f"cannot connect to PostgreSQL at {redact(dsn)}: {reason}",
+            "check the DSN (host, port, database, user, password) and that the server is up",
+        ) from None
+    except psycopg.ProgrammingError as exc:
+        raise BottlerError(f"invalid PostgreSQL DSN {redact(dsn)}: {redact(str(exc))}") from None

@@ -1,0 +1,24 @@
+"""Seed the demo shop database that `make up` replicates."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import psycopg
+
+from bottler.errors import BottlerError
+from bottler.pg import connect
+
+TABLES = ("customers", "products", "orders", "order_items")
+
+
+def seed(dsn: str) -> dict[str, int]:
+    """Create and fill the shop's tables (only the empty ones are filled); return row counts."""
+    script = resources.files("compose").joinpath("demo_shop.sql").read_text()
+    with connect(dsn) as conn:
+        try:
+            with conn.transaction():
+                conn.execute(script)
+        except psycopg.Error as exc:
+            raise BottlerError(f"seeding the demo shop failed: {exc}") from None
+        return {t: conn.execute(f"select count(*) from {t}").fetchone()[0] for t in TABLES}

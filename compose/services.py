@@ -1,0 +1,101 @@
+"""The stack's long-running processes other than PostgreSQL: the broker and the registry."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import noida_db
+
+from bottler.errors import BottlerError
+from compose.procs import PidFile, port_answers, spawn, terminate, wait_until
+
+
+def http_ok(url: str) -> Callable[[], bool]:
+    def check() -> bool:
+        try:
+            return httpx.get(url, timeout=1.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    return check
+
+
+@dataclass
+class Service:
+    """A process we start detached, track by PID file and stop gracefully."""
+
+    name: str
+    argv: list[str]
+    marker: str  # part of the command line that identifies our process behind a PID
+    ready: Callable[[], bool]
+    pidfile: Path
+    log: Path
+    start_timeout: float = 30.0
+
+    def running_pid(self) -> int | None:
+        return PidFile(self.pidfile, self.marker).running_pid()
+
+    def start(self) -> None:
+        proc = spawn(self.argv, self.log)
+        PidFile(self.pidfile, self.marker).write(proc.pid)
+
+        def ready_or_dead() -> bool:
+            if proc.poll() is not None:
+                return True
+            return self.ready()
+
+        wait_until(ready_or_dead, self.start_timeout, self.name, self.log)
+        if proc.poll() is not None:
+            PidFile(self.pidfile, self.marker).clear()
+            tail = self.log.read_text(errors="replace").strip().splitlines()[-3:]
+            raise BottlerError(
+                f"{self.name} exited at start (code {proc.returncode}): " + " / ".join(tail),
+                f"see {self.log}",
+            )
+
+    def stop(self) -> None:
+        if (pid := self.running_pid()) is not None:
+            terminate(pid)
+        PidFile(self.pidfile, self.marker).clear()
+
+
+def noida_binary() -> Path:
+    """noida-db ships its server as a binary inside the Python package."""
+    return Path(noida_db.__file__).parent / "noida-db"
+
+
+def broker(root: Path, kafka_port: int, search_port: int) -> Service:
+    """One noida-db process serving the Kafka API and the Elasticsearch API."""
+    return Service(
+        name="broker",
+        argv=[
+            str(noida_binary()), "start", "--only", "kafka,elasticsearch",
+            "--host", "127.0.0.1",
+            "--kafka-port", str(kafka_port), "--elasticsearch-port", str(search_port),
+            "--data-dir", str(root / "broker"),
+        ],
+        marker="noida-db",
+        ready=lambda: port_answers(kafka_port) and http_ok(f"http://127.0.0.1:{search_port}/")(),
+        pidfile=root / "run" / "broker.pid",
+        log=root / "logs" / "broker.log",
+    )
+
+
+def registry(root: Path, port: int, kafka_port: int) -> Service:
+    return Service(
+        name="registry",
+        argv=[
+            sys.executable, "-m", "schemas.registry", "--host", "127.0.0.1",
+            "--port", str(port), "--kafka", f"127.0.0.1:{kafka_port}",
+        ],
+        marker="schemas.registry",
+        ready=http_ok(f"http://127.0.0.1:{port}/subjects"),
+        pidfile=root / "run" / "registry.pid",
+        log=root / "logs" / "registry.log",
+        start_timeout=60.0,
+    )
+

@@ -1,0 +1,211 @@
+"""The embedded stack: PostgreSQL, the Kafka and Elasticsearch APIs, and the schema registry as
+local processes, with data, logs and PID files under one directory (``.stack/`` by default)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+from bottler.errors import BottlerError
+from compose import services
+from compose.postgres import PostgresCluster
+from compose.procs import free_port, port_is_free
+
+SOURCE_DB = "shop"
+
+
+@dataclass(frozen=True)
+class Ports:
+    postgres: int = 15432
+    kafka: int = 19092
+    registry: int = 18081
+    search: int = 19200
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    pg_dsn: str
+    kafka: str
+    registry: str
+    search: str
+
+    def env(self) -> dict[str, str]:
+        return {
+            "BOTTLER_PG_DSN": self.pg_dsn,
+            "BOTTLER_KAFKA": self.kafka,
+            "BOTTLER_REGISTRY": self.registry,
+            "BOTTLER_SEARCH": self.search,
+        }
+
+
+class Stack:
+    """Start order is postgres, broker, registry (the registry keeps its schemas in the broker)."""
+
+    ORDER = ("postgres", "broker", "registry")
+
+    def __init__(self, root: Path, ports: dict[str, int | None] | None = None):
+        """``ports`` overrides some of the ports the stack last used (or the defaults)."""
+        self.root = root.resolve()
+        self.state_file = self.root / "stack.json"
+        self.env_file = self.root / "env"
+        state = self._load_state()
+        self.password = state.get("pg_password") or secrets.token_urlsafe(18)
+        saved = Ports(**state["ports"]) if "ports" in state else Ports()
+        self.ports = replace(saved, **{k: v for k, v in (ports or {}).items() if v})
+        if self.ports != saved and state and self.running():
+            raise BottlerError(
+                f"the stack in {self.root} is running on other ports ({_fmt(saved)})",
+                "run `bottler stack down` first to change its ports",
+            )
+
+    # -- the parts -------------------------------------------------------------------------
+    @property
+    def postgres(self) -> PostgresCluster:
+        return PostgresCluster(self.root, self.ports.postgres, self.password)
+
+    @property
+    def broker(self) -> services.Service:
+        return services.broker(self.root, self.ports.kafka, self.ports.search)
+
+    @property
+    def registry(self) -> services.Service:
+        return services.registry(self.root, self.ports.registry, self.ports.kafka)
+
+    def part(self, name: str):
+        if name not in self.ORDER:
+            choices = ", ".join(self.ORDER)
+            raise BottlerError(f"unknown service {name!r}", f"choose one of {choices}")
+        return getattr(self, name)
+
+    @property
+    def endpoints(self) -> Endpoints:
+        return Endpoints(
+            pg_dsn=self.postgres.dsn(SOURCE_DB),
+            kafka=f"127.0.0.1:{self.ports.kafka}",
+            registry=f"http://127.0.0.1:{self.ports.registry}",
+            search=f"http://127.0.0.1:{self.ports.search}",
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def status(self) -> dict[str, int | None]:
+        """PID of each running service, None for a stopped one."""
+        if not self.root.exists():
+            return dict.fromkeys(self.ORDER)
+        return {name: self.part(name).running_pid() for name in self.ORDER}
+
+    def running(self) -> bool:
+        return any(pid is not None for pid in self.status().values())
+
+    def up(self) -> dict[str, str]:
+        """Start whatever is not running; return what happened to each service."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.chmod(0o755)  # the postgres system user must traverse it when we are root
+        self._save_state()
+        outcome = {}
+        for name in self.ORDER:
+            if self.part(name).running_pid() is not None:
+                outcome[name] = "already running"
+                continue
+            self._check_port(name)
+            if name == "postgres":
+                pg = self.postgres
+                if not pg.initialized():
+                    pg.init()
+                pg.start(databases=(SOURCE_DB,))
+            else:
+                self.part(name).start()
+            outcome[name] = "started"
+        self._write_env()
+        return outcome
+
+    def down(self) -> dict[str, str]:
+        outcome = {}
+        for name in reversed(self.ORDER):
+            part = self.part(name)
+            was_running = part.running_pid() is not None
+            part.stop()
+            outcome[name] = "stopped" if was_running else "not running"
+        return outcome
+
+    def restart(self, name: str) -> None:
+        part = self.part(name)
+        part.stop()
+        part.start()
+
+    def reset(self) -> None:
+        """Stop everything and delete all data, logs and state."""
+        if self.root.exists():
+            self.down()
+            shutil.rmtree(self.root)
+
+    # -- state -----------------------------------------------------------------------------
+    def _check_port(self, name: str) -> None:
+        port_name = {"broker": ("kafka", "search")}.get(name, (name,))
+        for pn in port_name:
+            port = getattr(self.ports, pn)
+            if not port_is_free(port):
+                raise BottlerError(
+                    f"port {port} ({pn}) is already in use on 127.0.0.1",
+                    f"stop what holds it, or choose another with --{pn}-port "
+                    f"(or BOTTLER_STACK_{pn.upper()}_PORT)",
+                )
+
+    def _load_state(self) -> dict:
+        if not self.state_file.exists():
+            return {}
+        try:
+            state = json.loads(self.state_file.read_text())
+            if "ports" in state:
+                Ports(**state["ports"])
+            return state
+        except (ValueError, TypeError) as exc:
+            raise BottlerError(
+                f"{self.state_file} is unreadable ({exc})",
+                "run `bottler stack reset` to start afresh (this deletes the stack's data)",
+            ) from None
+
+    def _save_state(self) -> None:
+        state = {"ports": asdict(self.ports), "pg_password": self.password}
+        self.state_file.write_text(json.dumps(state, indent=2) + "\n")
+        self.state_file.chmod(0o600)  # holds the database password
+
+    def _write_env(self) -> None:
+        lines = ["# bottler embedded stack: `. .stack/env` to use these endpoints"]
+        lines += [f"export {k}='{v}'" for k, v in self.endpoints.env().items()]
+        self.env_file.write_text("\n".join(lines) + "\n")
+        self.env_file.chmod(0o600)
+
+
+def _fmt(ports: Ports) -> str:
+    return ", ".join(f"{f.name} {getattr(ports, f.name)}" for f in fields(ports))
+
+
+def new_stack_dir() -> Path:
+    """A fresh temporary directory the postgres system user can traverse (mkdtemp gives 0700)."""
+    root = Path(tempfile.mkdtemp(prefix="bottler-"))
+    root.chmod(0o755)
+    return root
+
+
+def free_ports() -> dict[str, int]:
+    return {name: free_port() for name in Ports.__dataclass_fields__}
+
+
+@contextmanager
+def isolated_stack() -> Iterator[Stack]:
+    """A throwaway stack on free ports in a temporary directory, removed afterwards: it never
+    collides with a running `make up` (tests and benchmarks use it)."""
+    base = new_stack_dir()
+    stack = Stack(base / "stack", free_ports())
+    try:
+        stack.up()
+        yield stack
+    finally:
+        stack.down()
+        shutil.rmtree(base, ignore_errors=True)

@@ -1,0 +1,34 @@
+from bottler.redact import redact
+
+
+def test_uri_password_is_masked():
+    assert redact("postgresql://app:s3cr3t@db:5432/shop") == "postgresql://app:***@db:5432/shop"
+
+
+def test_uri_without_password_is_unchanged():
+    assert redact("postgresql://app@db/shop") == "postgresql://app@db/shop"
+    assert redact("http://127.0.0.1:8081/subjects") == "http://127.0.0.1:8081/subjects"
+
+
+def test_keyword_password_is_masked_quoted_or_not():
+    assert redact("host=db password=s3cr3t user=app") == "host=db password=*** user=app"
+    assert redact("password='with space' dbname=x") == "password=*** dbname=x"
+    assert "s3cr3t" not in redact("PASSWORD = s3cr3t")
+
+
+def test_password_inside_a_longer_message():
+    msg = "cannot connect to postgresql://u:pw%40x@h/db: timeout"
+    assert "pw%40x" not in redact(msg)
+
+
+def test_log_records_are_redacted(caplog):
+    import logging
+
+    from bottler.logs import RedactingFilter
+
+    logger = logging.getLogger("test.redact")
+    logger.addFilter(RedactingFilter())
+    with caplog.at_level(logging.INFO, logger="test.redact"):
+        logger.info("connecting to %s", "postgresql://u:topsecret@h/db")
+    assert "topsecret" not in caplog.text
+    assert "postgresql://u:***@h/db" in caplog.text

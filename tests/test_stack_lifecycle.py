@@ -1,0 +1,132 @@
+"""`bottler stack up|down|status` as a user runs it: idempotent, tidy, and clear when it fails."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bottler.errors import BottlerError
+from compose import postgres
+from compose.stack import Stack, free_ports, new_stack_dir
+
+
+def bottler(*args: str, root: Path, ports: dict[str, int] | None = None):
+    argv = [sys.executable, "-m", "bottler", *args, "--dir", str(root)]
+    for name, port in (ports or {}).items():
+        argv += [f"--{name}-port", str(port)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=180)
+
+
+def processes_mentioning(text: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if text in cmd:
+                found.append(int(proc.name))
+    return found
+
+
+@pytest.fixture
+def root():
+    base = new_stack_dir()
+    yield base / "stack"
+    with contextlib.suppress(BottlerError):  # a test may have left a corrupt stack behind
+        Stack(base / "stack").down()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_up_is_idempotent_and_down_leaves_nothing_running(root):
+    ports = free_ports()
+    first = bottler("stack", "up", root=root, ports=ports)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.count("started") == 3
+    password = Stack(root).password
+    assert password not in first.stdout + first.stderr  # endpoints are printed redacted
+    assert f"127.0.0.1:{ports['kafka']}" in first.stdout
+
+    second = bottler("stack", "up", root=root)  # remembers its ports
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.count("already running") == 3
+
+    status = bottler("stack", "status", root=root)
+    assert status.returncode == 0 and status.stdout.count("running") == 3
+
+    down = bottler("stack", "down", root=root)
+    assert down.returncode == 0, down.stderr
+    assert processes_mentioning(str(root)) == []
+    assert bottler("stack", "status", root=root).returncode == 1
+
+
+def test_stale_pid_files_are_ignored(root):
+    stack = Stack(root, free_ports())
+    stack.up()
+    stack.down()
+    # PIDs that are alive but belong to someone else, and a postmaster.pid of a dead process.
+    (root / "run" / "broker.pid").write_text(f"{os.getpid()}\n")
+    (root / "run" / "registry.pid").write_text("not a pid\n")
+    (root / "pg" / "data" / "postmaster.pid").write_text("999999\n")
+    assert set(stack.status().values()) == {None}
+    outcome = stack.up()
+    assert set(outcome.values()) == {"started"}
+    assert all(stack.status().values())
+    stack.down()
+
+
+def test_a_taken_port_is_named(root):
+    ports = free_ports()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", ports["kafka"]))
+        holder.listen()
+        result = bottler("stack", "up", root=root, ports=ports)
+    bottler("stack", "down", root=root)
+    assert result.returncode == 2
+    assert f"port {ports['kafka']} (kafka) is already in use" in result.stderr
+    assert "--kafka-port" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_corrupt_state_file_gives_a_clear_error(root):
+    root.mkdir(parents=True)
+    (root / "stack.json").write_text("{not json")
+    result = bottler("stack", "status", root=root)
+    assert result.returncode == 2
+    assert "unreadable" in result.stderr and "bottler stack reset" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_corrupt_data_directory_gives_a_clear_error(root):
+    (root / "pg" / "data").mkdir(parents=True)
+    (root / "pg" / "data" / "garbage").write_text("x")
+    result = bottler("stack", "up", root=root, ports=free_ports())
+    assert result.returncode == 2
+    assert "not a PostgreSQL data directory" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_postgres_binaries_say_how_to_install_them(root, monkeypatch, tmp_path):
+    monkeypatch.setattr(postgres, "PG_LIB", tmp_path / "none")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("BOTTLER_PG_BIN", raising=False)
+    with pytest.raises(BottlerError) as info:
+        Stack(root, free_ports()).up()
+    assert "apt-get install postgresql" in str(info.value)
+
+
+def test_reset_removes_everything(root):
+    stack = Stack(root, free_ports())
+    stack.up()
+    result = bottler("stack", "reset", "--yes", root=root)
+    assert result.returncode == 0, result.stderr
+    assert not root.exists()
+    assert processes_mentioning(str(root)) == []
