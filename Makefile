@@ -20,11 +20,10 @@ system-deps:
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing Python packages into $(VENV) (first run takes a few minutes)"
-	@$(BIN)/python -m pip install -q --disable-pip-version-check -U pip 2>&1 | grep -v '^WARNING: Location' || true
-	@$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 \
-		| grep -v -e '^WARNING: Location' -e 'BuildBackendWarning' || true
-	@$(BIN)/python -c 'import bottler, confluent_kafka, psycopg, noida_db' \
-		|| { echo "Python packages failed to install; see the messages above"; exit 1; }
+	@{ $(BIN)/python -m pip install --disable-pip-version-check -U pip \
+	   && $(BIN)/python -m pip install --disable-pip-version-check -e '.[dev]'; } \
+		> $(VENV)/pip.log 2>&1 \
+		|| { tail -20 $(VENV)/pip.log; echo "pip failed: full log in $(VENV)/pip.log"; exit 1; }
 	@touch $(STAMP)
 
 ifeq ($(STACK),docker)

@@ -21,7 +21,8 @@ app.add_typer(stack_app, name="stack")
 app.add_typer(registry_app, name="registry")
 app.add_typer(demo_app, name="demo")
 
-out = Console()
+# Piped output (make, logs) is not squeezed into rich's default 80 columns.
+out = Console() if sys.stdout.isatty() else Console(width=120)
 err = Console(stderr=True, soft_wrap=True)  # an error stays on one greppable line
 
 StackDir = typer.Option(
@@ -45,17 +46,20 @@ def _stack(root: Path, ports: dict[str, int | None] | None = None):
 
 def _print_stack(stack, outcome: dict[str, str] | None = None) -> None:
     ep = stack.endpoints
-    where = {
-        "postgres": ep.pg_dsn,
-        "broker": f"kafka {ep.kafka} · search {ep.search}",
-        "registry": ep.registry,
-    }
+    apis = [  # (api, the service that serves it, endpoint)
+        ("postgres", "postgres", ep.pg_dsn),
+        ("kafka", "broker", ep.kafka),
+        ("search", "broker", ep.search),
+        ("registry", "registry", ep.registry),
+    ]
+    pids = stack.status()
     table = Table(title=f"bottler stack ({stack.root})", title_justify="left")
-    for col in ("service", "state", "pid", "endpoint"):
+    for col in ("api", "process", "state", "pid", "endpoint"):
         table.add_column(col)
-    for name, pid in stack.status().items():
-        state = (outcome or {}).get(name) or ("running" if pid else "stopped")
-        table.add_row(name, state, str(pid or "-"), redact(where[name]))
+    for api, service, endpoint in apis:
+        pid = pids[service]
+        state = (outcome or {}).get(service) or ("running" if pid else "stopped")
+        table.add_row(api, service, state, str(pid or "-"), redact(endpoint))
     out.print(table)
 
 

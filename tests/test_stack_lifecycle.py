@@ -50,17 +50,17 @@ def test_up_is_idempotent_and_down_leaves_nothing_running(root):
     ports = free_ports()
     first = bottler("stack", "up", root=root, ports=ports)
     assert first.returncode == 0, first.stderr
-    assert first.stdout.count("started") == 3
+    assert first.stdout.count("started") == 4  # one row per API
     password = Stack(root).password
     assert password not in first.stdout + first.stderr  # endpoints are printed redacted
     assert f"127.0.0.1:{ports['kafka']}" in first.stdout
 
     second = bottler("stack", "up", root=root)  # remembers its ports
     assert second.returncode == 0, second.stderr
-    assert second.stdout.count("already running") == 3
+    assert second.stdout.count("already running") == 4
 
     status = bottler("stack", "status", root=root)
-    assert status.returncode == 0 and status.stdout.count("running") == 3
+    assert status.returncode == 0 and status.stdout.count("running") == 4
 
     down = bottler("stack", "down", root=root)
     assert down.returncode == 0, down.stderr
