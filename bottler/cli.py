@@ -12,6 +12,7 @@ from rich.table import Table
 from bottler.errors import BottlerError
 from bottler.logs import setup_logging
 from bottler.redact import redact
+from capture import cli as capture_cli
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 stack_app = typer.Typer(no_args_is_help=True, help="The embedded stack of real services.")
@@ -20,6 +21,8 @@ demo_app = typer.Typer(no_args_is_help=True, help="The demo shop database.")
 app.add_typer(stack_app, name="stack")
 app.add_typer(registry_app, name="registry")
 app.add_typer(demo_app, name="demo")
+app.command("capture")(capture_cli.capture)
+app.add_typer(capture_cli.slot_app, name="slot")
 
 # Piped output (make, logs) is not squeezed into rich's default 80 columns.
 out = Console() if sys.stdout.isatty() else Console(width=120)

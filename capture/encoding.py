@@ -1,0 +1,157 @@
+"""How rows become Kafka keys and values: one codec per table and schema version, built from the
+table's columns, with the schemas registered under `<topic>-key` / `<topic>-value`."""
+
+from __future__ import annotations
+
+import base64
+import decimal
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+from bottler.errors import BottlerError
+from capture.publisher import DataError
+from schemas.avro_schema import record_schemas, row_encoder
+from schemas.pgtypes import Column, TypeConversionError
+from schemas.serde import AvroEncoder
+
+log = logging.getLogger(__name__)
+
+
+class Registrar:
+    """Registers schemas, once each; an incompatible change is registered anyway, with a warning
+    (the table changed: refusing would stop the capture, not the change)."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.client = SchemaRegistryClient({"url": url})
+        self._ids: dict[tuple[str, str], int] = {}
+
+    def check(self) -> None:
+        try:
+            self.client.get_subjects()
+        except Exception as exc:  # the client raises requests'/httpx's errors as they are
+            raise BottlerError(
+                f"the schema registry at {self.url} is unreachable: {exc}",
+                "check --schema-registry (BOTTLER_REGISTRY) and that the registry is up",
+            ) from None
+
+    def register(self, subject: str, schema: dict) -> int:
+        text = json.dumps(schema, separators=(",", ":"))
+        if (subject, text) in self._ids:
+            return self._ids[(subject, text)]
+        try:
+            schema_id = self.client.register_schema(subject, Schema(text, "AVRO"))
+        except SchemaRegistryError as exc:
+            if exc.http_status_code != 409:
+                raise BottlerError(
+                    f"the schema registry refused the schema of {subject}: {exc.error_message}"
+                ) from None
+            schema_id = self._register_incompatible(subject, text, exc.error_message)
+        except Exception as exc:
+            raise BottlerError(
+                f"cannot register {subject} with the schema registry at {self.url}: {exc}",
+                "check that the registry is up; capture resumes where it stopped",
+            ) from None
+        self._ids[(subject, text)] = schema_id
+        return schema_id
+
+    def _register_incompatible(self, subject: str, text: str, reason: str) -> int:
+        log.warning("%s: the new schema is not compatible with the previous version (%s); "
+                    "registering it as a new version with compatibility NONE", subject, reason)
+        try:
+            previous = self.client.get_compatibility(subject)
+        except SchemaRegistryError:
+            previous = None  # the subject follows the global level
+        self.client.set_compatibility(subject, "NONE")
+        try:
+            return self.client.register_schema(subject, Schema(text, "AVRO"))
+        finally:
+            if previous:
+                self.client.set_compatibility(subject, previous)
+            else:
+                self.client.delete_config(subject)
+
+
+@dataclass(frozen=True)
+class CodecSpec:
+    """Everything needed to encode one table's rows; plain data, so workers can receive it."""
+
+    schema: str
+    table: str
+    topic: str
+    columns: tuple[Column, ...]
+    key_columns: tuple[str, ...]
+    fmt: str  # "avro" or "json"
+    key_schema: dict | None
+    value_schema: dict
+    key_id: int | None = None
+    value_id: int | None = None
+
+    @property
+    def qualified(self) -> tuple[str, str]:
+        return (self.schema, self.table)
+
+    def codec(self) -> TableCodec:
+        return TableCodec(self)
+
+
+def make_spec(
+    schema: str, table: str, topic: str, columns: list[Column], key_columns: list[str],
+    fmt: str, registrar: Registrar | None,
+) -> CodecSpec:
+    key_schema, value_schema = record_schemas(schema, table, columns, key_columns)
+    key_id = value_id = None
+    if fmt == "avro":
+        if key_schema is not None:
+            key_id = registrar.register(f"{topic}-key", key_schema)
+        value_id = registrar.register(f"{topic}-value", value_schema)
+    return CodecSpec(schema, table, topic, tuple(columns), tuple(key_columns), fmt,
+                     key_schema, value_schema, key_id, value_id)
+
+
+class TableCodec:
+    def __init__(self, spec: CodecSpec):
+        self.spec = spec
+        self.topic = spec.topic
+        self.qualified = f"{spec.schema}.{spec.table}"
+        self.keyed = bool(spec.key_columns)
+        self._value_record = row_encoder(spec.columns)
+        self._key_record = row_encoder(spec.columns, spec.key_columns) if self.keyed else None
+        if spec.fmt == "avro":
+            self._encode_value = AvroEncoder(spec.value_id, spec.value_schema).encode
+            self._encode_key = (
+                AvroEncoder(spec.key_id, spec.key_schema).encode if self.keyed else None
+            )
+        else:
+            self._encode_value = self._encode_key = encode_json
+
+    def key(self, values) -> bytes | None:
+        if not self.keyed:
+            return None
+        try:
+            return self._encode_key(self._key_record(values))
+        except (TypeConversionError, ValueError) as exc:
+            raise DataError(f"{self.qualified}: cannot encode the key: {exc}") from None
+
+    def value(self, values) -> bytes:
+        try:
+            return self._encode_value(self._value_record(values))
+        except (TypeConversionError, ValueError) as exc:
+            raise DataError(f"{self.qualified}: cannot encode a row: {exc}") from None
+
+
+def encode_json(record: dict) -> bytes:
+    return json.dumps(record, default=_json_default, separators=(",", ":")).encode()
+
+
+def _json_default(value: Any):
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")

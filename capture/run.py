@@ -1,0 +1,123 @@
+"""The capture from start to finish: checks, slot and snapshot (or resume), then the stream."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from bottler.errors import BottlerError
+from bottler.redact import redact
+from capture import metrics, snapshot, source, state, topics
+from capture.control import ControlEvents
+from capture.encoding import Registrar
+from capture.publisher import DataError, Publisher
+from capture.settings import CaptureSettings
+from capture.slot import create_slot, drop_slot, slot_exists
+from capture.stream import Streamer
+from capture.tables import Tables
+
+log = logging.getLogger(__name__)
+
+
+def run_capture(settings: CaptureSettings, stop: threading.Event | None = None) -> None:
+    stop = stop or threading.Event()
+    s = settings
+    log.info("capture: %s → %s (slot %s, publication %s, %s)", redact(s.postgres), s.broker,
+             s.slot, s.publication_name, s.output_format)
+    if s.metrics_port:
+        metrics.serve(s.metrics_port)
+
+    catalog = source.session_connect(s.postgres, autocommit=True)
+    source.preflight(catalog, s.slot)
+    source.ensure_publication(catalog, s.publication_name, s.tables)
+    published = source.published_tables(catalog, s.publication_name, s.tables)
+    source.check_keys(published, s.allow_unkeyed)
+    source.check_toast(catalog, published, s.replica_identity_full)
+
+    admin = AdminClient({**s.kafka_config, "bootstrap.servers": s.broker})
+    _check_broker(admin, s.broker)
+    registrar = Registrar(s.schema_registry) if s.output_format == "avro" else None
+    if registrar:
+        registrar.check()
+    control = ControlEvents(s.topic_prefix, s.output_format, registrar)
+    progress = state.CaptureState(s.broker, s.topic_prefix, s.kafka_config)
+    # Control events must outlive every table message they refer to: no time-based deletion.
+    topics.ensure_topics(admin, [progress.topic], config=s.topic_config)
+    topics.ensure_topics(admin, [], control.topics, config={**s.topic_config, "retention.ms": "-1"})
+
+    tables = Tables(catalog, registrar, admin, s.topic_prefix, s.output_format,
+                    s.allow_unkeyed, s.topic_config)
+    publisher = Publisher(s.broker, s.kafka_config, on_data_error=_policy(s.on_error))
+
+    recorded = progress.read(s.slot)
+    if slot_exists(s.postgres, s.slot):
+        if recorded and recorded.get("snapshot") == state.SNAPSHOT_STARTED:
+            log.warning("slot %s exists but its snapshot never completed: starting over", s.slot)
+            drop_slot(s.postgres, s.slot)
+        else:
+            log.info("slot %s exists: resuming the stream where it left off", s.slot)
+    if not slot_exists(s.postgres, s.slot):
+        _new_slot(s, progress, tables, published)
+
+    streamer = Streamer(
+        s.postgres, s.slot, s.publication_name, tables, control, publisher, admin,
+        heartbeats=catalog, heartbeat_interval=s.heartbeat_interval,
+        transaction_topic=s.transaction_topic,
+    )
+    streamer.run(stop)
+    log.info("capture stopped; confirmed up to %s", streamer.tracker.confirmed())
+
+
+def _new_slot(s: CaptureSettings, progress, tables: Tables, published) -> None:
+    if s.skip_snapshot:
+        progress.write(s.slot, snapshot=state.SNAPSHOT_SKIPPED)
+        create_slot(s.postgres, s.slot).release()
+        log.info("created slot %s; snapshot skipped (--skip-snapshot)", s.slot)
+        return
+    progress.write(s.slot, snapshot=state.SNAPSHOT_STARTED)
+    new = create_slot(s.postgres, s.slot)
+    log.info("created slot %s at %X; snapshot %s", s.slot, new.consistent_lsn, new.snapshot)
+    try:
+        with source.session_connect(s.postgres) as conn:
+            # Table descriptions as of the snapshot, so the copy and its schemas agree.
+            conn.execute("begin isolation level repeatable read read only")
+            conn.execute(f"set transaction snapshot '{new.snapshot}'")
+            in_snapshot = source.published_tables(conn, s.publication_name, s.tables)
+            specs = {t.oid: tables.spec(t) for t in in_snapshot}
+            chunks = snapshot.plan(conn, in_snapshot, specs, s.snapshot_workers)
+            estimates = dict(conn.execute(  # for the progress bars
+                "select n.nspname || '.' || c.relname, greatest(c.reltuples, 0)::bigint "
+                "from pg_class c join pg_namespace n on n.oid = c.relnamespace "
+                "where c.oid = any(%s)", ([t.oid for t in in_snapshot],),
+            ).fetchall())
+            conn.rollback()
+        rows = snapshot.copy_tables(
+            s.postgres, new.snapshot, chunks, estimates, s.snapshot_workers,
+            {"bootstrap": s.broker, "extra_config": s.kafka_config}, s.on_error,
+        )
+    finally:
+        new.release()
+    progress.write(s.slot, snapshot=state.SNAPSHOT_COMPLETE, rows=rows,
+                   consistent_lsn=new.consistent_lsn)
+    metrics.SNAPSHOT_DONE.set(1)
+
+
+def _check_broker(admin: AdminClient, broker: str) -> None:
+    try:
+        admin.list_topics(timeout=10)
+    except KafkaException as exc:
+        raise topics.unreachable_broker(exc.args[0].str(), broker) from None
+
+
+def _policy(on_error: str):
+    def handle(error: DataError) -> None:
+        if on_error == "exit":
+            raise BottlerError(str(error), "or pass --on-error=log to skip such rows")
+        metrics.DATA_ERRORS.inc()
+        log.error("skipped (--on-error=log): %s", error)
+
+    return handle
+

@@ -1,0 +1,215 @@
+"""The live stream: pgoutput changes from the slot, published to Kafka in commit order, with the
+slot's confirmed position advanced only behind Kafka's acknowledgements."""
+
+from __future__ import annotations
+
+import logging
+import select
+import threading
+import time
+
+import psycopg
+from confluent_kafka.admin import AdminClient
+
+from capture import metrics, pgoutput, topics
+from capture.control import ControlEvents
+from capture.pgoutput import UNCHANGED
+from capture.publisher import DataError, Publisher
+from capture.slot import replication_connect
+from capture.tables import Tables, UnkeyedTable
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_PREFIX = "bottler.heartbeat"
+FEEDBACK_EVERY = 2000  # messages between Kafka polls / feedback while busy
+
+
+class Streamer:
+    def __init__(
+        self,
+        dsn: str,
+        slot: str,
+        publication: str,
+        tables: Tables,
+        control: ControlEvents,
+        publisher: Publisher,
+        admin: AdminClient,
+        heartbeats: psycopg.Connection,
+        heartbeat_interval: float,
+        transaction_topic: bool,
+    ):
+        self.dsn = dsn
+        self.slot = slot
+        self.publication = publication
+        self.tables = tables
+        self.control = control
+        self.publisher = publisher
+        self.tracker = publisher.tracker
+        self.admin = admin
+        self.heartbeats = heartbeats  # a plain autocommit connection to emit heartbeats
+        self.heartbeat_interval = heartbeat_interval
+        self.transaction_topic = transaction_topic
+        self._skipped_relations: set[int] = set()  # unkeyed tables under --on-error=log
+        self._batch = None
+        self._begin: pgoutput.Begin | None = None
+        self._last_heartbeat = 0.0
+        self._confirmed_sent = 0
+
+    def run(self, stop: threading.Event) -> None:
+        conn = replication_connect(self.dsn)
+        cur = conn.cursor()
+        cur.start_replication(
+            slot_name=self.slot, decode=False, status_interval=10,
+            options={"proto_version": "1", "publication_names": self.publication,
+                     "messages": "true"},
+        )
+        log.info("streaming from slot %s (publication %s)", self.slot, self.publication)
+        handled = 0
+        try:
+            while not stop.is_set():
+                msg = cur.read_message()
+                if msg is not None:
+                    self.handle(pgoutput.parse(msg.payload))
+                    handled += 1
+                    if handled % FEEDBACK_EVERY == 0:
+                        self.publisher.poll(0)
+                        self._feedback(cur)
+                    continue
+                self.publisher.poll(0)
+                self._feedback(cur)
+                self._maybe_heartbeat()
+                select.select([conn], [], [], 0.1)
+            self.publisher.flush()
+            self._feedback(cur)
+        finally:
+            conn.close()
+
+    # -- feedback --------------------------------------------------------------------------
+    def _feedback(self, cur) -> None:
+        if self._batch is None:
+            # Outside a transaction everything read is handled, and wal_end is the position
+            # up to which the server has sent WAL (a keepalive's): an idle slot advances past
+            # other databases' WAL, so retained WAL stays bounded.
+            self.tracker.idle_at(cur.wal_end)
+        confirmed = self.tracker.confirmed()
+        if confirmed != self._confirmed_sent:
+            cur.send_feedback(flush_lsn=confirmed, write_lsn=confirmed)
+            self._confirmed_sent = confirmed
+            metrics.CONFIRMED_LSN.set(confirmed)
+        metrics.IN_FLIGHT.set(self.tracker.in_flight)
+        metrics.LAG_BYTES.set(max(cur.wal_end - confirmed, 0))
+
+    def _maybe_heartbeat(self) -> None:
+        due = time.monotonic() - self._last_heartbeat >= self.heartbeat_interval
+        if self.heartbeats is None or not due:
+            return
+        self._last_heartbeat = time.monotonic()
+        try:
+            self.heartbeats.execute(
+                "select pg_logical_emit_message(false, %s, now()::text)", (HEARTBEAT_PREFIX,)
+            )
+        except psycopg.errors.InsufficientPrivilege:
+            self.heartbeats = None
+            log.warning("this role may not call pg_logical_emit_message: heartbeats are off; "
+                        "the slot still advances on the server's keepalives")
+
+    # -- messages --------------------------------------------------------------------------
+    def handle(self, m) -> None:
+        kind = type(m)
+        if kind is pgoutput.Insert:
+            self._change(m.relation_oid, m.new, m.new, "insert")
+        elif kind is pgoutput.Update:
+            self._update(m)
+        elif kind is pgoutput.Delete:
+            self._change(m.relation_oid, m.old, None, "delete")
+        elif kind is pgoutput.Begin:
+            self._begin = m
+            self._batch = self.tracker.open()
+            if self.transaction_topic:
+                self._send(self.control.transactions_topic, None,
+                           self.control.transaction("BEGIN", m.xid, m.final_lsn, m.commit_time))
+        elif kind is pgoutput.Commit:
+            if self.transaction_topic:
+                self._send(self.control.transactions_topic, None,
+                           self.control.transaction("COMMIT", self._begin.xid, m.end_lsn,
+                                                    m.commit_time))
+            self.tracker.seal(self._batch, m.end_lsn)
+            self._batch = None
+        elif kind is pgoutput.Relation:
+            self._relation(m)
+        elif kind is pgoutput.Truncate:
+            self._truncate(m)
+        elif kind is pgoutput.Message:
+            self._message(m)
+        # Type and Origin messages need nothing: types are read from the catalog by oid.
+
+    def _relation(self, m: pgoutput.Relation) -> None:
+        try:
+            self.tables.relation(m)
+        except UnkeyedTable as exc:
+            self.publisher.data_error(DataError(str(exc)))  # raises unless --on-error=log
+            self._skipped_relations.add(m.oid)
+
+    def _change(self, oid: int, key_values, values, op: str) -> None:
+        if oid in self._skipped_relations:
+            return
+        codec = self.tables.by_oid(oid)
+        if values is None and not codec.keyed:
+            return  # deletes of unkeyed tables are not published (documented)
+        try:
+            key = codec.key(key_values)
+            value = None if values is None else codec.value(values)
+        except DataError as error:
+            metrics.DATA_ERRORS.inc()
+            self.publisher.data_error(error)
+            return
+        self._send(codec.topic, key, value)
+        metrics.EVENTS.labels(codec.qualified, op).inc()
+
+    def _update(self, m: pgoutput.Update) -> None:
+        new = m.new
+        if UNCHANGED in new:
+            if m.old is None or m.old_is_key:
+                codec = self.tables.by_oid(m.relation_oid)
+                metrics.DATA_ERRORS.inc()
+                self.publisher.data_error(DataError(
+                    f"an update of {codec.qualified} left TOASTed columns untouched and the "
+                    "table does not have REPLICA IDENTITY FULL, so the complete row is not in "
+                    f"the WAL; run ALTER TABLE {codec.qualified} REPLICA IDENTITY FULL"
+                ))
+                return
+            new = tuple(o if n is UNCHANGED else n for n, o in zip(new, m.old, strict=True))
+        if m.old is not None and m.relation_oid not in self._skipped_relations:
+            codec = self.tables.by_oid(m.relation_oid)
+            if codec.keyed and codec.key(m.old) != codec.key(new):
+                self._change(m.relation_oid, m.old, None, "delete")  # the old key is gone
+        self._change(m.relation_oid, new, new, "update")
+
+    def _truncate(self, m: pgoutput.Truncate) -> None:
+        self.publisher.flush()  # so the topics' end offsets include every earlier change
+        for oid in m.relation_oids:
+            if oid in self._skipped_relations:
+                continue
+            codec = self.tables.by_oid(oid)
+            schema, table = codec.spec.qualified
+            event = self.control.truncate(
+                codec.topic, schema, table, self._begin.final_lsn, self._begin.commit_time,
+                topics.end_offsets(self.admin, codec.topic), m.cascade, m.restart_identity,
+            )
+            self._send(self.control.truncate_topic, codec.topic.encode(), event)
+            metrics.EVENTS.labels(codec.qualified, "truncate").inc()
+
+    def _message(self, m: pgoutput.Message) -> None:
+        if m.prefix != HEARTBEAT_PREFIX:
+            return
+        event = self.control.heartbeat(self.slot, m.lsn, m.content.decode())
+        if m.transactional:
+            self._send(self.control.heartbeat_topic, None, event)
+            return
+        batch, self._batch = self._batch, self.tracker.open()  # it stands alone
+        self._send(self.control.heartbeat_topic, None, event)
+        self.tracker.seal(self._batch, m.lsn)
+        self._batch = batch
+
+    def _send(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+        self.publisher.send(topic, key, value, self._batch)

@@ -1,0 +1,108 @@
+"""The tables the capture publishes, by relation oid: each one's topic and current codec,
+following Relation messages from the stream (new tables, schema changes)."""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+from confluent_kafka.admin import AdminClient
+
+from bottler.errors import BottlerError
+from capture import pgoutput, topics
+from capture.encoding import CodecSpec, Registrar, TableCodec, make_spec
+from capture.source import SourceTable, key_columns
+from capture.typecatalog import load_columns, load_type
+from schemas.pgtypes import Column
+
+log = logging.getLogger(__name__)
+
+
+class UnkeyedTable(BottlerError):
+    pass
+
+
+class Tables:
+    def __init__(
+        self,
+        catalog: psycopg.Connection,
+        registrar: Registrar | None,
+        admin: AdminClient,
+        prefix: str,
+        fmt: str,
+        allow_unkeyed: bool,
+        topic_config: dict[str, str],
+    ):
+        self.catalog = catalog
+        self.registrar = registrar
+        self.admin = admin
+        self.prefix = prefix
+        self.fmt = fmt
+        self.allow_unkeyed = allow_unkeyed
+        self.topic_config = topic_config
+        self._codecs: dict[int, TableCodec] = {}
+        self._type_cache: dict = {}
+
+    def spec(self, table: SourceTable) -> CodecSpec:
+        """The codec spec of a table known from the catalog (snapshot, start-up)."""
+        return self._build(table.oid, table.schema, table.name, table.columns, table.key)
+
+    def by_oid(self, oid: int) -> TableCodec:
+        try:
+            return self._codecs[oid]
+        except KeyError:
+            raise BottlerError(f"a change for relation {oid} arrived before its description; "
+                               "this is a bug, please report it") from None
+
+    def relation(self, m: pgoutput.Relation) -> None:
+        """A table's description from the stream: build its codec if new or changed."""
+        columns = self._columns(m)
+        current = self._codecs.get(m.oid)
+        if current and _same(current.spec.columns, columns):
+            return
+        if m.replica_identity == "f":  # every column is flagged: the key is the primary key
+            key = key_columns(self.catalog, m.oid, "d")
+        else:
+            key = [c.name for c in m.columns if c.key]
+        self._build(m.oid, m.namespace, m.name, columns, key)
+        if current:
+            log.info("%s.%s: schema changed, new schema version", m.namespace, m.name)
+
+    def _build(self, oid, schema, name, columns, key) -> CodecSpec:
+        if not key and not self.allow_unkeyed:
+            raise UnkeyedTable(
+                f"table {schema}.{name} has no primary key or replica-identity index",
+                "add a primary key, or pass --allow-unkeyed",
+            )
+        topic = topics.table_topic(self.prefix, schema, name)
+        if oid not in self._codecs:
+            topics.ensure_topics(self.admin, [topic], config=self.topic_config)
+        spec = make_spec(schema, name, topic, columns, key, self.fmt, self.registrar)
+        self._codecs[oid] = spec.codec()
+        return spec
+
+    def _columns(self, m: pgoutput.Relation) -> list[Column]:
+        """Columns as the stream describes them (the catalog may already be ahead of the WAL),
+        completed from the catalog where it still agrees (NOT NULL, array dimensions)."""
+        current = {c.name: c for c in load_columns(self.catalog, m.oid)}
+        columns = []
+        for rc in m.columns:
+            known = current.get(rc.name)
+            if known and known.type.oid == rc.type_oid and known.typmod == rc.typmod:
+                columns.append(known)
+                continue
+            formatted = self.catalog.execute(
+                "select format_type(%s, %s)", (rc.type_oid, rc.typmod)
+            ).fetchone()[0]
+            columns.append(Column(
+                name=rc.name, type=load_type(self.catalog, rc.type_oid, self._type_cache),
+                typmod=rc.typmod, formatted=formatted,
+            ))
+        return columns
+
+
+def _same(a: tuple[Column, ...], b: list[Column]) -> bool:
+    def shape(cols):
+        return [(c.name, c.type.oid, c.typmod) for c in cols]
+
+    return shape(a) == shape(b)

@@ -1,0 +1,82 @@
+"""Topic names and topic creation.
+
+Table topics are `[prefix.][schema.]table`, the schema omitted for `public` (Bottled Water's rule),
+compacted. Control events a compacted topic cannot hold go to non-compacted topics:
+
+| topic | what |
+|---|---|
+| `[prefix.]_bottler.truncate` | one event per truncated table |
+| `[prefix.]_bottler.transactions` | begin/commit boundaries (with `--transaction-topic`) |
+| `[prefix.]_bottler.heartbeat` | the capture's heartbeats, with the WAL position reached |
+
+and `[prefix.]_bottler.capture` (compacted) holds each slot's progress, such as whether its
+snapshot is complete.
+"""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+from bottler.errors import BottlerError
+
+TRUNCATE = "_bottler.truncate"
+TRANSACTIONS = "_bottler.transactions"
+HEARTBEAT = "_bottler.heartbeat"
+STATE = "_bottler.capture"
+
+
+def with_prefix(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def table_topic(prefix: str, schema: str, table: str) -> str:
+    name = table if schema == "public" else f"{schema}.{table}"
+    return with_prefix(prefix, name)
+
+
+def ensure_topics(
+    admin: AdminClient,
+    compacted: list[str],
+    plain: list[str] = (),
+    config: dict[str, str] | None = None,
+    partitions: int = 1,
+) -> None:
+    """Create the missing topics; ``config`` (the user's -T settings) applies to all of them."""
+    wanted = {t: {**(config or {}), "cleanup.policy": "compact"} for t in compacted}
+    wanted |= {t: {**(config or {}), "cleanup.policy": "delete"} for t in plain}
+    try:
+        existing = set(admin.list_topics(timeout=10).topics)
+    except KafkaException as exc:
+        raise unreachable_broker(exc) from None
+    new = [
+        NewTopic(t, num_partitions=partitions, config=cfg)
+        for t, cfg in wanted.items() if t not in existing
+    ]
+    if not new:
+        return
+    for topic, future in admin.create_topics(new).items():
+        try:
+            future.result(timeout=30)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise BottlerError(
+                    f"cannot create topic {topic}: {exc.args[0].str()}",
+                    "check the broker's permissions and the -T topic settings",
+                ) from None
+
+
+def unreachable_broker(reason: object, broker: str = "") -> BottlerError:
+    at = f" at {broker}" if broker else ""
+    return BottlerError(
+        f"the Kafka broker{at} is unreachable: {reason}",
+        "check --broker (BOTTLER_KAFKA) and that the broker is up",
+    )
+
+
+def end_offsets(admin: AdminClient, topic: str) -> dict[int, int]:
+    """Each partition's end offset (the offset the next message will get)."""
+    partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
+    request = {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions}
+    futures = admin.list_offsets(request)
+    return {tp.partition: f.result(timeout=10).offset for tp, f in futures.items()}
