@@ -17,4 +17,5 @@ def setup_logging(level: int = logging.INFO) -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.addFilter(RedactingFilter())
     logging.basicConfig(level=level, handlers=[handler], force=True)
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
+    for chatty in ("httpx", "httpx2"):  # one INFO line per HTTP request otherwise
+        logging.getLogger(chatty).setLevel(logging.WARNING)

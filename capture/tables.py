@@ -76,7 +76,11 @@ class Tables:
             )
         topic = topics.table_topic(self.prefix, schema, name)
         if oid not in self._codecs:
-            topics.ensure_topics(self.admin, [topic], config=self.topic_config)
+            if key:
+                topics.ensure_topics(self.admin, [topic], config=self.topic_config)
+            else:  # Kafka refuses keyless messages in compacted topics: keep them all instead
+                topics.ensure_topics(self.admin, [], [topic],
+                                     config={**self.topic_config, "retention.ms": "-1"})
         spec = make_spec(schema, name, topic, columns, key, self.fmt, self.registrar)
         self._codecs[oid] = spec.codec()
         return spec

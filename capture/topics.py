@@ -1,7 +1,8 @@
 """Topic names and topic creation.
 
 Table topics are `[prefix.][schema.]table`, the schema omitted for `public` (Bottled Water's rule),
-compacted. Control events a compacted topic cannot hold go to non-compacted topics:
+compacted (an unkeyed table's topic cannot be: Kafka refuses keyless messages there, so it keeps
+every message instead). Control events a compacted topic cannot hold go to non-compacted topics:
 
 | topic | what |
 |---|---|

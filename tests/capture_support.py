@@ -1,0 +1,52 @@
+"""Running the capture inside a test: in a thread (stoppable) or as a process (killable)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from capture.run import run_capture
+from capture.settings import load_settings
+
+
+class CaptureThread:
+    def __init__(self, **settings):
+        self.settings = load_settings(**settings)
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            run_capture(self.settings, self.stop_event)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            self.error = exc
+
+    def start(self) -> CaptureThread:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive(), "capture did not stop"
+        if self.error:
+            raise self.error
+
+    def wait_failed(self, timeout: float = 60) -> BaseException:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "capture did not fail"
+        assert self.error is not None, "capture ended without an error"
+        return self.error
+
+
+def capture_process(args: list[str], log: Path, env: dict[str, str] | None = None):
+    """`bottler capture ARGS` as a child process, output to ``log``."""
+    out = open(log, "ab")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(
+        [sys.executable, "-m", "bottler", "capture", *args],
+        stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+    )

@@ -1,0 +1,99 @@
+"""Helpers for end-to-end tests: fresh source databases, reading topics back, waiting."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import psycopg
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 30, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := predicate():
+            return result
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def with_database(dsn: str, name: str) -> str:
+    return dsn.rsplit("/", 1)[0] + "/" + name
+
+
+@contextmanager
+def fresh_database(admin_dsn: str) -> Iterator[str]:
+    """A new empty database; on exit its slots are dropped and it is removed."""
+    name = f"src_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(f"create database {name}")
+    try:
+        yield with_database(admin_dsn, name)
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            for (slot, pid) in conn.execute(
+                "select slot_name, active_pid from pg_replication_slots where database = %s",
+                (name,),
+            ).fetchall():
+                if pid:
+                    conn.execute("select pg_terminate_backend(%s)", (pid,))
+                    time.sleep(0.5)
+                conn.execute("select pg_drop_replication_slot(%s)", (slot,))
+            conn.execute(f"drop database {name} with (force)")
+
+
+def read_topic(bootstrap: str, topic: str) -> list:
+    """Every message of ``topic``, partition by partition, up to the current end."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False})
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+        messages = []
+        for p in sorted(metadata.partitions):
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if high == 0:
+                continue
+            consumer.assign([TopicPartition(topic, p, 0)])
+            while True:
+                msg = consumer.poll(10)
+                assert msg is not None, f"no message from {topic}[{p}] before offset {high}"
+                assert not msg.error(), msg.error()
+                messages.append(msg)
+                if msg.offset() + 1 >= high:
+                    break
+        return messages
+    finally:
+        consumer.close()
+
+
+class Decoder:
+    """Decodes with confluent-kafka's own AvroDeserializer (what any consumer would use)."""
+
+    def __init__(self, registry_url: str):
+        self._deserializer = AvroDeserializer(SchemaRegistryClient({"url": registry_url}))
+
+    def key(self, msg):
+        ctx = SerializationContext(msg.topic(), MessageField.KEY)
+        return self._deserializer(msg.key(), ctx) if msg.key() is not None else None
+
+    def value(self, msg):
+        ctx = SerializationContext(msg.topic(), MessageField.VALUE)
+        return self._deserializer(msg.value(), ctx) if msg.value() is not None else None
+
+    def table_state(self, messages) -> dict:
+        """The table a compacted topic describes: last value per key, tombstones removing."""
+        state = {}
+        for msg in messages:
+            key = tuple(sorted(self.key(msg).items()))
+            value = self.value(msg)
+            if value is None:
+                state.pop(key, None)
+            else:
+                state[key] = value
+        return state

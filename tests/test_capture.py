@@ -1,0 +1,242 @@
+"""Capture end to end: snapshot plus stream into Kafka, read back with confluent-kafka's own
+AvroDeserializer and compared with what PostgreSQL returns."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from decimal import Decimal
+
+import psycopg
+import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from bottler.errors import BottlerError
+from tests.capture_support import CaptureThread
+from tests.support import Decoder, fresh_database, read_topic, wait_for
+
+SHOP = """
+create table items (
+    id int primary key, name text not null, price numeric(10,2),
+    at timestamptz, doc jsonb, tags text[]
+);
+insert into items
+select g, 'item ' || g, g * 1.5, timestamptz '2024-01-01 00:00:00+00' + g * interval '1 hour',
+       jsonb_build_object('n', g), array['a', 'b' || g]
+from generate_series(1, 100) g;
+"""
+
+
+@pytest.fixture
+def source(stack):
+    with fresh_database(stack.pg_dsn) as dsn:
+        yield dsn
+
+
+@pytest.fixture
+def prefix():
+    return f"t{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def start(stack, source, prefix):
+    """Start a capture of ``source`` with the test's prefix; stopped at the end of the test."""
+    running = []
+
+    def start_capture(**overrides) -> CaptureThread:
+        settings = dict(postgres=source, broker=stack.kafka, schema_registry=stack.registry_url,
+                        slot=prefix, topic_prefix=prefix, heartbeat_interval=1.0,
+                        snapshot_workers=1)
+        capture = CaptureThread(**(settings | overrides)).start()
+        running.append(capture)
+        return capture
+
+    yield start_capture
+    for capture in running:
+        if capture.thread.is_alive():
+            capture.stop()
+
+
+def execute(dsn: str, *statements: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def rows(dsn: str, query: str) -> list[tuple]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(query).fetchall()
+
+
+def topic_state(stack, topic: str, expected_keys: int | None = None) -> dict:
+    decoder = Decoder(stack.registry_url)
+
+    def state():
+        try:
+            messages = read_topic(stack.kafka, topic)
+        except KeyError:  # the topic does not exist yet
+            return None
+        current = decoder.table_state(messages)
+        return current if expected_keys is None or len(current) == expected_keys else None
+
+    return wait_for(state, 60, f"{topic} to hold {expected_keys} keys")
+
+
+def items_as_in_postgres(dsn: str) -> dict:
+    return {
+        (("id", r[0]),): {"id": r[0], "name": r[1], "price": r[2], "at": r[3],
+                          "doc": r[4], "tags": r[5]}
+        for r in rows(dsn, "select id, name, price, at, doc, tags from items")
+    }
+
+
+def normalized(state: dict) -> dict:
+    return {k: {**v, "doc": json.loads(v["doc"]) if v["doc"] else None} for k, v in state.items()}
+
+
+def test_snapshot_then_stream_equals_the_source(stack, source, prefix, start):
+    execute(source, SHOP)
+    capture = start()
+    topic = f"{prefix}.items"
+    assert normalized(topic_state(stack, topic, 100)) == items_as_in_postgres(source)
+
+    execute(
+        source,
+        "insert into items select g, 'new ' || g, g, now(), null, null "
+        "from generate_series(101, 110) g",
+        "update items set name = 'renamed', price = 0.01 where id <= 5",
+        "update items set doc = '{\"deep\": {\"x\": [1, 2]}}' where id = 6",
+        "delete from items where id between 7 and 9",
+        "update items set id = 1000 where id = 10",  # a key change: old key must disappear
+        "begin; insert into items values (5000, 'never'); rollback",
+    )
+    expected = items_as_in_postgres(source)
+    assert len(expected) == 110 - 3
+    assert normalized(topic_state(stack, topic, len(expected))) == expected
+    capture.stop()
+
+
+def test_values_keep_their_types(stack, source, prefix, start):
+    execute(source, SHOP)
+    start()
+    state = topic_state(stack, f"{prefix}.items", 100)
+    first = state[(("id", 1),)]
+    assert first["price"] == Decimal("1.50")
+    assert first["at"].isoformat() == "2024-01-01T01:00:00+00:00"
+    assert first["tags"] == ["a", "b1"]
+    versions = SchemaRegistryClient({"url": stack.registry_url}).get_versions(
+        f"{prefix}.items-value")
+    assert versions == [1]
+
+
+def test_tables_created_later_and_tables_without_columns(stack, source, prefix, start):
+    execute(source, "create table first (id int primary key)", "insert into first values (1)")
+    start()
+    topic_state(stack, f"{prefix}.first", 1)
+    execute(
+        source,
+        "create schema sales",
+        "create table sales.later (id bigint primary key, note text)",
+        "insert into sales.later values (1, 'a'), (2, 'b')",
+    )
+    later = topic_state(stack, f"{prefix}.sales.later", 2)
+    assert later[(("id", 1),)] == {"id": 1, "note": "a"}
+
+
+def test_aborted_transactions_never_appear(stack, source, prefix, start):
+    execute(source, "create table t (id int primary key)")
+    start()
+    execute(source, "begin; insert into t values (1); rollback", "insert into t values (2)")
+    state = topic_state(stack, f"{prefix}.t", 1)
+    assert list(state) == [(("id", 2),)]
+    assert len(read_topic(stack.kafka, f"{prefix}.t")) == 1
+
+
+def test_unchanged_toast_with_replica_identity_full_publishes_the_whole_row(
+    stack, source, prefix, start
+):
+    big = "x" * 20_000
+    execute(
+        source,
+        "create table docs (id int primary key, small int, body text)",
+        "alter table docs alter column body set storage external",
+        "alter table docs replica identity full",
+        f"insert into docs values (1, 0, '{big}')",
+    )
+    start()
+    topic_state(stack, f"{prefix}.docs", 1)
+    execute(source, "update docs set small = 1 where id = 1")
+    decoder = Decoder(stack.registry_url)
+
+    def updated():
+        messages = read_topic(stack.kafka, f"{prefix}.docs")
+        return messages if len(messages) == 2 else None
+
+    last = decoder.value(wait_for(updated, 30, "the update")[-1])
+    assert last == {"id": 1, "small": 1, "body": big}
+
+
+def test_replica_identity_full_is_set_on_request(stack, source, prefix, start):
+    execute(source, "create table notes (id int primary key, body text)")
+    capture = start(replica_identity_full=True)
+    wait_for(lambda: rows(source, "select relreplident from pg_class where relname = 'notes'")
+             == [("f",)], 30, "replica identity full")
+    capture.stop()
+
+
+def test_unchanged_toast_without_full_identity_stops_instead_of_publishing_a_placeholder(
+    stack, source, prefix, start
+):
+    big = "y" * 20_000
+    execute(
+        source,
+        "create table docs (id int primary key, small int, body text)",
+        "alter table docs alter column body set storage external",
+        f"insert into docs values (1, 0, '{big}')",
+    )
+    capture = start()
+    topic_state(stack, f"{prefix}.docs", 1)
+    execute(source, "update docs set small = 1 where id = 1")
+    error = capture.wait_failed()
+    assert isinstance(error, BottlerError)
+    assert "REPLICA IDENTITY FULL" in str(error)
+    messages = read_topic(stack.kafka, f"{prefix}.docs")
+    assert all(Decoder(stack.registry_url).value(m)["body"] == big for m in messages)
+
+
+def test_unkeyed_tables_are_refused_unless_allowed(stack, source, prefix, start):
+    execute(source, "create table log (at int, line text)", "insert into log values (1, 'a')")
+    error = start().wait_failed()
+    assert isinstance(error, BottlerError)
+    assert "public.log" in str(error) and "--allow-unkeyed" in str(error)
+
+
+def test_allowed_unkeyed_tables_publish_rows_without_keys_and_no_deletes(
+    stack, source, prefix, start
+):
+    execute(
+        source,
+        "create table log (at int, line text)",
+        "alter table log replica identity full",  # PostgreSQL refuses deletes otherwise
+        "insert into log values (1, 'a')",
+    )
+    start(allow_unkeyed=True)
+    decoder = Decoder(stack.registry_url)
+
+    def published(n):
+        def check():
+            try:
+                messages = read_topic(stack.kafka, f"{prefix}.log")
+            except KeyError:
+                return None
+            return messages if len(messages) >= n else None
+        return check
+
+    wait_for(published(1), 30, "the snapshot")
+    execute(source, "insert into log values (2, 'b')", "delete from log where at = 1",
+            "insert into log values (3, 'c')")
+    messages = wait_for(published(3), 30, "the unkeyed rows")
+    assert [m.key() for m in messages] == [None, None, None]
+    assert [decoder.value(m) for m in messages] == [
+        {"at": 1, "line": "a"}, {"at": 2, "line": "b"}, {"at": 3, "line": "c"}
+    ]  # the delete is not published: there is no key to delete
