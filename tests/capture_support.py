@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+import weakref
 from pathlib import Path
 
 from capture.run import run_capture
@@ -13,6 +14,8 @@ from capture.settings import load_settings
 
 
 class CaptureThread:
+    running: weakref.WeakSet[CaptureThread] = weakref.WeakSet()
+
     def __init__(self, **settings):
         self.settings = load_settings(**settings)
         self.stop_event = threading.Event()
@@ -27,7 +30,16 @@ class CaptureThread:
 
     def start(self) -> CaptureThread:
         self.thread.start()
+        CaptureThread.running.add(self)
         return self
+
+    @classmethod
+    def raise_failures(cls) -> None:
+        """Called while a test waits: a capture that died should fail the test at once."""
+        for capture in list(cls.running):
+            if capture.error is not None:
+                cls.running.discard(capture)
+                raise capture.error
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -37,6 +49,7 @@ class CaptureThread:
             raise self.error
 
     def wait_failed(self, timeout: float = 60) -> BaseException:
+        CaptureThread.running.discard(self)
         self.thread.join(timeout)
         assert not self.thread.is_alive(), "capture did not fail"
         assert self.error is not None, "capture ended without an error"

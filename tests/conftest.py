@@ -3,12 +3,15 @@ once per session and torn down at its end (every process stopped, every file rem
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
 from compose.stack import Stack, isolated_stack
+from tests.capture_support import CaptureThread
+from tests.support import fresh_database
 
 
 @dataclass
@@ -41,3 +44,35 @@ class RunningStack:
 def stack() -> Iterator[RunningStack]:
     with isolated_stack() as running:
         yield RunningStack(running)
+
+
+# -- capture tests: a fresh source database, a unique prefix, captures stopped at the end --
+
+@pytest.fixture
+def source(stack):
+    with fresh_database(stack.pg_dsn) as dsn:
+        yield dsn
+
+
+@pytest.fixture
+def prefix():
+    return f"t{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def start(stack, source, prefix):
+    """Start a capture of ``source`` with the test's prefix; stopped at the end of the test."""
+    running = []
+
+    def start_capture(**overrides) -> CaptureThread:
+        settings = dict(postgres=source, broker=stack.kafka, schema_registry=stack.registry_url,
+                        slot=prefix, topic_prefix=prefix, heartbeat_interval=1.0,
+                        snapshot_workers=1)
+        capture = CaptureThread(**(settings | overrides)).start()
+        running.append(capture)
+        return capture
+
+    yield start_capture
+    for capture in running:
+        if capture.thread.is_alive():
+            capture.stop()

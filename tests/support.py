@@ -15,8 +15,11 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 30, what: str = "condition"):
+    from tests.capture_support import CaptureThread
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        CaptureThread.raise_failures()
         if result := predicate():
             return result
         time.sleep(0.2)
@@ -49,11 +52,13 @@ def fresh_database(admin_dsn: str) -> Iterator[str]:
 
 
 def read_topic(bootstrap: str, topic: str) -> list:
-    """Every message of ``topic``, partition by partition, up to the current end."""
+    """Every message of ``topic``, partition by partition, up to the current end; KeyError if
+    the topic does not exist."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}",
                          "enable.auto.commit": False})
     try:
-        metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+        # Ask for all topics: asking for one by name may make the broker auto-create it.
+        metadata = consumer.list_topics(timeout=10).topics[topic]
         messages = []
         for p in sorted(metadata.partitions):
             _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
@@ -97,3 +102,42 @@ class Decoder:
             else:
                 state[key] = value
         return state
+
+
+def wait_streaming(dsn: str, slot: str, timeout: float = 60) -> None:
+    """Wait until a capture streams from ``slot`` (its snapshot, if any, is complete)."""
+
+    def active():
+        with psycopg.connect(dsn) as conn:
+            return conn.execute(
+                "select active from pg_replication_slots where slot_name = %s", (slot,)
+            ).fetchone() == (True,)
+
+    wait_for(active, timeout, f"a capture streaming from slot {slot}")
+
+
+def execute(dsn: str, *statements: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def rows(dsn: str, query: str) -> list[tuple]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(query).fetchall()
+
+
+def topic_state(stack, topic: str, expected_keys: int | None = None) -> dict:
+    decoder = Decoder(stack.registry_url)
+
+    def state():
+        try:
+            messages = read_topic(stack.kafka, topic)
+        except KeyError:  # the topic does not exist yet
+            return None
+        current = decoder.table_state(messages)
+        if expected_keys is None or len(current) == expected_keys:
+            return [current]  # truthy even when empty
+        return None
+
+    return wait_for(state, 60, f"{topic} to hold {expected_keys} keys")[0]

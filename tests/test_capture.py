@@ -4,16 +4,12 @@ AvroDeserializer and compared with what PostgreSQL returns."""
 from __future__ import annotations
 
 import json
-import uuid
 from decimal import Decimal
 
-import psycopg
-import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bottler.errors import BottlerError
-from tests.capture_support import CaptureThread
-from tests.support import Decoder, fresh_database, read_topic, wait_for
+from tests.support import Decoder, execute, read_topic, rows, topic_state, wait_for
 
 SHOP = """
 create table items (
@@ -25,61 +21,6 @@ select g, 'item ' || g, g * 1.5, timestamptz '2024-01-01 00:00:00+00' + g * inte
        jsonb_build_object('n', g), array['a', 'b' || g]
 from generate_series(1, 100) g;
 """
-
-
-@pytest.fixture
-def source(stack):
-    with fresh_database(stack.pg_dsn) as dsn:
-        yield dsn
-
-
-@pytest.fixture
-def prefix():
-    return f"t{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def start(stack, source, prefix):
-    """Start a capture of ``source`` with the test's prefix; stopped at the end of the test."""
-    running = []
-
-    def start_capture(**overrides) -> CaptureThread:
-        settings = dict(postgres=source, broker=stack.kafka, schema_registry=stack.registry_url,
-                        slot=prefix, topic_prefix=prefix, heartbeat_interval=1.0,
-                        snapshot_workers=1)
-        capture = CaptureThread(**(settings | overrides)).start()
-        running.append(capture)
-        return capture
-
-    yield start_capture
-    for capture in running:
-        if capture.thread.is_alive():
-            capture.stop()
-
-
-def execute(dsn: str, *statements: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
-
-
-def rows(dsn: str, query: str) -> list[tuple]:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute(query).fetchall()
-
-
-def topic_state(stack, topic: str, expected_keys: int | None = None) -> dict:
-    decoder = Decoder(stack.registry_url)
-
-    def state():
-        try:
-            messages = read_topic(stack.kafka, topic)
-        except KeyError:  # the topic does not exist yet
-            return None
-        current = decoder.table_state(messages)
-        return current if expected_keys is None or len(current) == expected_keys else None
-
-    return wait_for(state, 60, f"{topic} to hold {expected_keys} keys")
 
 
 def items_as_in_postgres(dsn: str) -> dict:

@@ -1,0 +1,191 @@
+"""Processes under measurement: the capture as a child process (`python -m bottler capture`),
+its log lines with arrival times, its peak memory (VmHWM) and that of its worker processes,
+and the CPU time each part of the stack spends during a measurement."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+TICK = os.sysconf("SC_CLK_TCK")
+SAMPLE_EVERY = 0.25  # seconds between memory samples
+
+
+def _stat(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat from field 3 (state) on: rest[1] ppid, rest[11:15] CPU ticks."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2:].split()
+
+
+def descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and (rest := _stat(int(entry.name))):
+            children.setdefault(int(rest[1]), []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def peak_kb(pid: int) -> int:
+    """The process's peak resident set (VmHWM), 0 once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _is_worker(pid: int) -> bool:
+    """A multiprocessing worker (not its resource tracker or another helper)."""
+    try:
+        return b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def cpu_seconds(root: int) -> float:
+    """CPU time of a process and all its descendants, living or already reaped."""
+    total = 0
+    if rest := _stat(root):
+        total += sum(int(x) for x in rest[11:15])  # utime stime cutime cstime
+    for pid in descendants(root):
+        if rest := _stat(pid):
+            total += int(rest[11]) + int(rest[12])
+    return total / TICK
+
+
+class CpuMeter:
+    """CPU seconds spent by named process trees (postgres, broker, capture) over a span."""
+
+    def __init__(self, roots: dict[str, int | None]):
+        self.roots = {k: v for k, v in roots.items() if v}
+        self._start: dict[str, float] = {}
+        self._t0 = 0.0
+
+    def start(self) -> CpuMeter:
+        self._t0 = time.monotonic()
+        self._start = {k: cpu_seconds(p) for k, p in self.roots.items()}
+        return self
+
+    def note(self) -> str:
+        wall = time.monotonic() - self._t0
+        used = ", ".join(
+            f"{k} {cpu_seconds(p) - self._start[k]:.1f}" for k, p in self.roots.items()
+        )
+        return f"CPU seconds over {wall:.1f} s of wall time: {used}"
+
+
+class CaptureProcess:
+    """`python -m bottler capture ARGS` with the stack's endpoints in its environment (so no
+    password reaches the command line), watched while it runs."""
+
+    def __init__(self, name: str, env: dict[str, str], args: list[str]):
+        self.name = name
+        self.args = args
+        self.env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+        self.lines: list[tuple[float, str]] = []
+        self.peak_kb = 0  # the capture process itself
+        self.worker_peaks: dict[int, int] = {}  # its multiprocessing workers, by pid
+        self._cond = threading.Condition()
+        self._proc: subprocess.Popen | None = None
+        self.started_at = 0.0
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def start(self) -> CaptureProcess:
+        self.started_at = time.monotonic()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "bottler", "capture", *self.args],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env, text=True,
+            errors="replace",
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._sample, daemon=True).start()
+        return self
+
+    def _read(self) -> None:
+        for line in self._proc.stdout:
+            with self._cond:
+                self.lines.append((time.monotonic(), line.rstrip("\n")))
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def _sample(self) -> None:
+        while self._proc.poll() is None:
+            self.peak_kb = max(self.peak_kb, peak_kb(self.pid))
+            for pid in descendants(self.pid):
+                if pid in self.worker_peaks or _is_worker(pid):
+                    self.worker_peaks[pid] = max(self.worker_peaks.get(pid, 0), peak_kb(pid))
+            time.sleep(SAMPLE_EVERY)
+
+    def wait_line(self, pattern: str, timeout: float = 120) -> tuple[float, re.Match]:
+        """The arrival time and match of the first log line matching ``pattern``."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._cond:
+            while True:
+                for t, line in self.lines[seen:]:
+                    if m := regex.search(line):
+                        return t, m
+                seen = len(self.lines)
+                if self._proc.poll() is not None and seen == len(self.lines):
+                    self._fail(f"exited with status {self._proc.returncode} before logging "
+                               f"/{pattern}/")
+                if time.monotonic() > deadline:
+                    self._fail(f"did not log /{pattern}/ within {timeout:.0f}s")
+                self._cond.wait(0.2)
+
+    def _fail(self, what: str):
+        tail = "\n".join(f"    {line}" for _, line in self.lines[-30:])
+        raise RuntimeError(f"capture {self.name} {what}; its last lines:\n{tail}")
+
+    def stop(self) -> None:
+        if self._proc.poll() is None:
+            self.peak_kb = max(self.peak_kb, peak_kb(self.pid))
+            self._proc.send_signal(signal.SIGTERM)
+            try:
+                self._proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+                raise RuntimeError(f"capture {self.name} did not stop on SIGTERM") from None
+        if self._proc.returncode not in (0, -signal.SIGTERM):
+            self._fail(f"ended with status {self._proc.returncode}")
+
+    @property
+    def peak_mb(self) -> float:
+        return self.peak_kb / 1024
+
+    @property
+    def workers_peak_mb(self) -> float:
+        return sum(self.worker_peaks.values()) / 1024
+
+
+@contextmanager
+def running(capture: CaptureProcess) -> Iterator[CaptureProcess]:
+    capture.start()
+    try:
+        yield capture
+    finally:
+        capture.stop()
