@@ -1,20 +1,105 @@
-"""`make bench`: start an isolated embedded stack, measure, print one report."""
+"""`make bench`: start an isolated embedded stack, measure, print one report.
+
+Every capture figure is measured on the same data as its raw ceiling, in the same run: the
+decode ceilings and the stream on tables of ROWS rows inserted in TRANSACTIONS transactions,
+COPY and the snapshot on one table of ROWS rows. See docs/benchmarks.md.
+"""
 
 from __future__ import annotations
 
+import argparse
+import sys
+import time
+
 from compose.stack import isolated_stack
-from tests.bench import ceilings
-from tests.bench.report import print_report
+from tests.bench import ceilings, data
+from tests.bench.latency import latency
+from tests.bench.report import Figure, Target, machine_line, print_report
+from tests.bench.snapshot import snapshot
+from tests.bench.stream import StreamBench
+
+ROWS = 1_000_000  # rows of ~100 B per decode, stream and snapshot measurement
+TRANSACTIONS = 1  # transactions the ROWS rows are inserted in
+LATENCY_RATE = 5_000  # single-row insert commits per second during the latency run
+LATENCY_SECONDS = 10
+SNAPSHOT_WORKERS = (2, 1)
+RSS_TARGET_MB = 300
+
+DECODE_TABLE = "bench_decode"
+STREAM_TABLE = "bench_stream"
+SNAPSHOT_TABLE = "bench_snapshot"
 
 
-def main() -> None:
+def say(what: str) -> None:
+    print(f"bench {time.strftime('%H:%M:%S')}: {what}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__)
+    parser.add_argument("--rows", type=int, default=ROWS, help=f"rows per table [{ROWS:,}]")
+    args = parser.parse_args(argv)
+    rows = args.rows
+    header = [machine_line() + " at the start"]
+    started = time.monotonic()
     with isolated_stack() as stack:
         ep = stack.endpoints
-        figures = [
-            ceilings.copy_out(ep.pg_dsn),
-            ceilings.broker_produce(ep.kafka),
-        ]
-    print_report(figures)
+        env = {"BOTTLER_PG_DSN": ep.pg_dsn, "BOTTLER_KAFKA": ep.kafka,
+               "BOTTLER_REGISTRY": ep.registry}
+        cpu_roots = {"postgres": stack.postgres.running_pid(),
+                     "broker": stack.broker.running_pid()}
+        figures: list[Figure] = []
+
+        say(f"filling {SNAPSHOT_TABLE} with {rows:,} rows (no slot exists yet)")
+        data.create_table(ep.pg_dsn, SNAPSHOT_TABLE)
+        data.fill(ep.pg_dsn, SNAPSHOT_TABLE, 1, rows)
+        data.vacuum(ep.pg_dsn, SNAPSHOT_TABLE)
+
+        say("broker ceiling")
+        figures.append(ceilings.broker_produce(ep.kafka))
+
+        say("decode ceiling, catch-up (pg_recvlogical --endpos)")
+        decode_catch_up = ceilings.decode_catch_up(ep.pg_dsn, DECODE_TABLE, rows, TRANSACTIONS)
+        say("decode ceiling, live (pg_recvlogical streaming during the insert)")
+        decode_live = ceilings.decode_live(ep.pg_dsn, DECODE_TABLE, rows, TRANSACTIONS)
+        figures += [decode_catch_up, decode_live]
+
+        stream = StreamBench(ep.pg_dsn, ep.kafka, env, STREAM_TABLE, cpu_roots)
+        try:
+            say("capture stream, catch-up")
+            figures.append(stream.catch_up(rows, TRANSACTIONS, decode_catch_up))
+            say("capture stream, live")
+            figures += stream.live(rows, TRANSACTIONS, decode_live)
+            say(f"latency at {LATENCY_RATE:,} commits/s for {LATENCY_SECONDS} s")
+            figures += latency(ep.pg_dsn, ep.kafka, STREAM_TABLE, stream.topic,
+                               stream.rows_in_topic + 1, LATENCY_RATE, LATENCY_SECONDS,
+                               stream.capture, cpu_roots)
+        finally:
+            stream.close()
+        figures.append(Figure(
+            "capture RSS peak: stream (catch-up, live, latency)", stream.capture.peak_mb, "MB",
+            target=Target("<", RSS_TARGET_MB),
+            notes=["VmHWM of the `bottler capture` process, sampled every 0.25 s"],
+        ))
+
+        say("COPY ceiling")
+        copy = ceilings.copy_out(ep.pg_dsn, SNAPSHOT_TABLE, rows)
+        figures.append(copy)
+        for workers in SNAPSHOT_WORKERS:
+            say(f"capture snapshot, {workers} worker(s)")
+            figure, capture = snapshot(env, ep.kafka, SNAPSHOT_TABLE, rows, workers, copy,
+                                       cpu_roots)
+            figures.append(figure)
+            figures.append(Figure(
+                f"capture RSS peak: snapshot, {workers} worker(s), main + workers",
+                capture.peak_mb + capture.workers_peak_mb, "MB",
+                target=Target("<", RSS_TARGET_MB),
+                notes=[f"main process {capture.peak_mb:.0f} MB + "
+                       f"{len(capture.worker_peaks)} worker(s) "
+                       + " + ".join(f"{kb / 1024:.0f}" for kb in capture.worker_peaks.values())
+                       + " MB (VmHWM of each, summed: shared pages count once per process)"],
+            ))
+    header.append(machine_line() + f" at the end; {time.monotonic() - started:.0f} s in all")
+    print_report(figures, header)
 
 
 if __name__ == "__main__":

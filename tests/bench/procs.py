@@ -112,7 +112,9 @@ class CaptureProcess:
         return self._proc.pid
 
     def start(self) -> CaptureProcess:
+        """Start the process (again: a stopped capture may be restarted)."""
         self.started_at = time.monotonic()
+        self.lines = []
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "bottler", "capture", *self.args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env, text=True,
@@ -155,6 +157,10 @@ class CaptureProcess:
                 if time.monotonic() > deadline:
                     self._fail(f"did not log /{pattern}/ within {timeout:.0f}s")
                 self._cond.wait(0.2)
+
+    def check_alive(self) -> None:
+        if self._proc.poll() is not None:
+            self._fail(f"exited with status {self._proc.returncode}")
 
     def _fail(self, what: str):
         tail = "\n".join(f"    {line}" for _, line in self.lines[-30:])

@@ -1,0 +1,39 @@
+"""What the broker holds: a topic's end offsets, watched until a count is reached."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, TopicPartition
+
+
+class TopicWatch:
+    def __init__(self, bootstrap: str, topic: str):
+        self.topic = topic
+        self._consumer = Consumer({"bootstrap.servers": bootstrap,
+                                   "group.id": f"bench-{uuid.uuid4().hex[:8]}"})
+
+    def end(self) -> int:
+        """Messages in the topic (the sum of its partitions' high watermarks), 0 if none yet."""
+        meta = self._consumer.list_topics(self.topic, timeout=10).topics[self.topic]
+        if meta.error is not None:
+            return 0
+        return sum(
+            self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1]
+            for p in meta.partitions
+        )
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str, every: float = 0.02) -> float:
+    """The monotonic time at which ``check()`` first held (polled every ``every`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return time.monotonic()
+        time.sleep(every)
+    raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")

@@ -1,0 +1,46 @@
+"""The capture's snapshot rate on the COPY ceiling's table: a capture with a fresh slot and
+``workers`` snapshot processes, timed from its start until its "snapshot: N rows … (X rows/s)"
+log line (written once every row is acknowledged by Kafka), then stopped."""
+
+from __future__ import annotations
+
+from tests.bench.kafka import TopicWatch
+from tests.bench.procs import CaptureProcess, CpuMeter, running
+from tests.bench.report import Figure, Target
+
+DONE = r"snapshot: (\d+) rows .*\(([\d.]+) rows/s\)"
+
+
+def snapshot(env: dict[str, str], bootstrap: str, table: str, rows: int, workers: int,
+             ceiling: Figure, cpu_roots: dict[str, int | None]) -> tuple[Figure, CaptureProcess]:
+    name = f"bench_snapshot_w{workers}"
+    capture = CaptureProcess(name, env, [
+        "--tables", f"public.{table}", "--slot", name, "--topic-prefix", name,
+        "--snapshot-workers", str(workers),
+    ])
+    with running(capture):
+        meter = CpuMeter({**cpu_roots, "capture and its workers": capture.pid}).start()
+        done, match = capture.wait_line(DONE, timeout=600)
+        cpu = meter.note()
+        # Its own figure covers the copy only: no start-up, checks, slot creation.
+        copied, own_rate = int(match[1]), float(match[2])
+    watch = TopicWatch(bootstrap, f"{name}.{table}")
+    in_topic = watch.end()
+    watch.close()
+    if copied != rows or in_topic != rows:
+        raise RuntimeError(f"snapshot of {rows:,} rows: the capture reports {copied:,}, "
+                           f"the topic holds {in_topic:,}")
+    elapsed = done - capture.started_at
+    workers_note = (
+        f"peak RSS of the main process {capture.peak_mb:.0f} MB, "
+        f"of its {len(capture.worker_peaks)} worker process(es) "
+        f"{capture.workers_peak_mb:.0f} MB summed"
+    )
+    figure = Figure(
+        f"capture snapshot, {workers} worker{'s' if workers > 1 else ''}: start → done",
+        rows / elapsed, "rows/s", ceiling=ceiling, target=Target(">=", 150_000),
+        notes=[f"{rows:,} rows in {elapsed:.1f} s from process start to the snapshot's log line "
+               f"(the capture's own figure, copy only: {own_rate:,.0f} rows/s); {workers_note}",
+               cpu],
+    )
+    return figure, capture
