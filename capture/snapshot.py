@@ -20,6 +20,7 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.console import Console
 from rich.text import Text
 
 from bottler.errors import BottlerError
@@ -96,6 +97,8 @@ def copy_tables(
         for table, task in tasks.items():
             bar.update(task, total=max(done[table], 1), completed=max(done[table], 1))
     elapsed = time.monotonic() - started
+    for table, n in done.items():
+        log.info("snapshot %s: %d rows", table, n)
     total = sum(done.values())
     log.info("snapshot: %d rows from %d tables in %.1fs (%.0f rows/s)",
              total, len(done), elapsed, total / elapsed if elapsed else 0)
@@ -108,9 +111,11 @@ class RateColumn(ProgressColumn):
 
 
 def _progress() -> Progress:
+    """Live bars on a terminal; elsewhere (logs, CI) the per-table log lines say it."""
+    console = Console(stderr=True)
     return Progress(
         TextColumn("snapshot [bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        RateColumn(), TimeElapsedColumn(),
+        RateColumn(), TimeElapsedColumn(), console=console, disable=not console.is_terminal,
     )
 
 

@@ -9,7 +9,7 @@ from decimal import Decimal
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bottler.errors import BottlerError
-from tests.support import Decoder, execute, read_topic, rows, topic_state, wait_for
+from tests.support import Decoder, execute, read_topic, rows, topic_state, wait_for, wait_streaming
 
 SHOP = """
 create table items (
@@ -181,3 +181,30 @@ def test_allowed_unkeyed_tables_publish_rows_without_keys_and_no_deletes(
     assert [decoder.value(m) for m in messages] == [
         {"at": 1, "line": "a"}, {"at": 2, "line": "b"}, {"at": 3, "line": "c"}
     ]  # the delete is not published: there is no key to delete
+
+
+def test_big_tables_are_copied_in_parallel_ctid_ranges(stack, source, prefix, start, monkeypatch):
+    from capture import snapshot
+
+    monkeypatch.setattr(snapshot, "PAGES_PER_CHUNK", 8)  # many small ranges, two workers
+    execute(source, "create table big (id int primary key, pad text)",
+            "insert into big select g, repeat('p', 50) from generate_series(1, 20000) g")
+    start(snapshot_workers=2)
+    state = topic_state(stack, f"{prefix}.big", 20000)
+    assert {dict(k)["id"] for k in state} == set(range(1, 20001))
+    assert len(read_topic(stack.kafka, f"{prefix}.big")) == 20000  # ranges do not overlap
+
+
+def test_oversized_rows_follow_the_error_policy(stack, source, prefix, start):
+    execute(source, "create table t (id int primary key, body text)")
+    limits = {"message.max.bytes": "2000"}
+    capture = start(kafka_config=limits, on_error="log")
+    wait_streaming(source, prefix)
+    execute(source, f"insert into t values (1, '{'z' * 5000}')", "insert into t values (2, 'ok')")
+    state = topic_state(stack, f"{prefix}.t", 1)
+    assert list(state) == [(("id", 2),)]  # the oversized row was skipped, logged
+    capture.stop()
+
+    execute(source, f"insert into t values (3, '{'z' * 5000}')")
+    error = start(kafka_config=limits).wait_failed()  # default policy: exit
+    assert "message.max.bytes" in str(error)
