@@ -12,6 +12,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 from psycopg import sql
+from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -20,7 +21,6 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.console import Console
 from rich.text import Text
 
 from bottler.errors import BottlerError
