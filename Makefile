@@ -33,8 +33,7 @@ down:
 	$(COMPOSE) down
 else
 up: deps
-	@$(BIN)/bottler stack up --dir $(STACK_DIR)
-	@. ./$(STACK_DIR)/env && $(BIN)/bottler demo seed
+	@$(BIN)/bottler stack up --dir $(STACK_DIR) --demo --app capture
 down: $(STAMP)
 	@$(BIN)/bottler stack down --dir $(STACK_DIR)
 endif

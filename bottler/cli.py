@@ -55,6 +55,8 @@ def _print_stack(stack, outcome: dict[str, str] | None = None) -> None:
         ("search", "broker", ep.search),
         ("registry", "registry", ep.registry),
     ]
+    if "capture" in stack.apps:
+        apis.append(("capture", "capture", f"http://127.0.0.1:{stack.ports.metrics}/metrics"))
     pids = stack.status()
     table = Table(title=f"bottler stack ({stack.root})", title_justify="left")
     for col in ("api", "process", "state", "pid", "endpoint"):
@@ -73,12 +75,17 @@ def stack_up(
     kafka_port: int | None = _port("kafka", 19092),
     registry_port: int | None = _port("registry", 18081),
     search_port: int | None = _port("search", 19200),
+    metrics_port: int | None = _port("metrics", 19100),
+    apps: list[str] | None = typer.Option(
+        None, "--app", help="Also run this part of the appliance (capture); remembered."),
+    demo: bool = typer.Option(False, "--demo", help="Seed the demo shop (before the apps)."),
 ) -> None:
-    """Start PostgreSQL, the broker (Kafka + search APIs) and the registry; idempotent."""
+    """Start PostgreSQL, the broker (Kafka + search APIs) and the registry, and the apps;
+    idempotent."""
     ports = dict(postgres=postgres_port, kafka=kafka_port, registry=registry_port,
-                 search=search_port)
+                 search=search_port, metrics=metrics_port)
     stack = _stack(root, ports)
-    outcome = stack.up()
+    outcome = stack.up(tuple(apps or ()), demo=demo)
     _print_stack(stack, outcome)
     out.print(f"Endpoints are in [bold]{stack.env_file}[/]; load them with "
               f"[bold]. {_relative(stack.env_file)}[/]")

@@ -24,6 +24,7 @@ from rich.progress import (
 from rich.text import Text
 
 from bottler.errors import BottlerError
+from capture import metrics
 from capture.encoding import CodecSpec
 from capture.publisher import DataError, Publisher
 from capture.source import SourceTable, session_connect
@@ -125,6 +126,7 @@ def _drain(q, bar: Progress, tasks, done: dict[str, int], timeout: float) -> Non
             table, rows = q.get(timeout=timeout)
             done[table] += rows
             bar.update(tasks[table], advance=rows)
+            metrics.SNAPSHOT_ROWS.labels(table).set(done[table])
             timeout = 0
     except queue.Empty:
         pass

@@ -1,7 +1,9 @@
-"""The stack's long-running processes other than PostgreSQL: the broker and the registry."""
+"""The stack's long-running processes other than PostgreSQL: the broker, the registry, and the
+appliance's own processes (capture) that run on them."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,12 +37,13 @@ class Service:
     pidfile: Path
     log: Path
     start_timeout: float = 30.0
+    env: dict[str, str] | None = None  # secrets go here, not in argv (which `ps` shows)
 
     def running_pid(self) -> int | None:
         return PidFile(self.pidfile, self.marker).running_pid()
 
     def start(self) -> None:
-        proc = spawn(self.argv, self.log)
+        proc = spawn(self.argv, self.log, env={**os.environ, **self.env} if self.env else None)
         PidFile(self.pidfile, self.marker).write(proc.pid)
 
         def ready_or_dead() -> bool:
@@ -99,3 +102,17 @@ def registry(root: Path, port: int, kafka_port: int) -> Service:
         start_timeout=60.0,
     )
 
+
+
+def capture(root: Path, env: dict[str, str], metrics_port: int) -> Service:
+    """The capture of the stack's database into its broker (slot `bottler`)."""
+    return Service(
+        name="capture",
+        argv=[sys.executable, "-m", "bottler", "capture", "--slot", "bottler",
+              "--metrics-port", str(metrics_port)],
+        marker="bottler capture",
+        ready=http_ok(f"http://127.0.0.1:{metrics_port}/metrics"),
+        pidfile=root / "run" / "capture.pid",
+        log=root / "logs" / "capture.log",
+        env=env,
+    )

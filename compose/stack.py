@@ -14,6 +14,7 @@ from pathlib import Path
 
 from bottler.errors import BottlerError
 from compose import services
+from compose.demo import seed
 from compose.postgres import PostgresCluster
 from compose.procs import free_port, port_is_free
 
@@ -26,6 +27,7 @@ class Ports:
     kafka: int = 19092
     registry: int = 18081
     search: int = 19200
+    metrics: int = 19100  # the capture's Prometheus endpoint
 
 
 @dataclass(frozen=True)
@@ -45,9 +47,11 @@ class Endpoints:
 
 
 class Stack:
-    """Start order is postgres, broker, registry (the registry keeps its schemas in the broker)."""
+    """Start order is postgres, broker, registry (the registry keeps its schemas in the broker),
+    then the appliance's processes that were asked for (`apps`), which the stack remembers."""
 
     ORDER = ("postgres", "broker", "registry")
+    APPS = ("capture",)
 
     def __init__(self, root: Path, ports: dict[str, int | None] | None = None):
         """``ports`` overrides some of the ports the stack last used (or the defaults)."""
@@ -56,6 +60,7 @@ class Stack:
         self.env_file = self.root / "env"
         state = self._load_state()
         self.password = state.get("pg_password") or secrets.token_urlsafe(18)
+        self.apps: list[str] = state.get("apps", [])
         saved = Ports(**state["ports"]) if "ports" in state else Ports()
         self.ports = replace(saved, **{k: v for k, v in (ports or {}).items() if v})
         if self.ports != saved and state and self.running():
@@ -77,9 +82,13 @@ class Stack:
     def registry(self) -> services.Service:
         return services.registry(self.root, self.ports.registry, self.ports.kafka)
 
+    @property
+    def capture(self) -> services.Service:
+        return services.capture(self.root, self.endpoints.env(), self.ports.metrics)
+
     def part(self, name: str):
-        if name not in self.ORDER:
-            choices = ", ".join(self.ORDER)
+        if name not in self.ORDER + self.APPS:
+            choices = ", ".join(self.ORDER + self.APPS)
             raise BottlerError(f"unknown service {name!r}", f"choose one of {choices}")
         return getattr(self, name)
 
@@ -94,21 +103,35 @@ class Stack:
 
     # -- lifecycle -------------------------------------------------------------------------
     def status(self) -> dict[str, int | None]:
-        """PID of each running service, None for a stopped one."""
+        """PID of each running service (and enabled app), None for a stopped one."""
+        names = self.ORDER + tuple(self.apps)
         if not self.root.exists():
-            return dict.fromkeys(self.ORDER)
-        return {name: self.part(name).running_pid() for name in self.ORDER}
+            return dict.fromkeys(names)
+        return {name: self.part(name).running_pid() for name in names}
 
     def running(self) -> bool:
         return any(pid is not None for pid in self.status().values())
 
-    def up(self) -> dict[str, str]:
-        """Start whatever is not running; return what happened to each service."""
+    def up(self, apps: tuple[str, ...] = (), demo: bool = False) -> dict[str, str]:
+        """Start whatever is not running: the services, then (seeding the demo shop first if
+        asked) the apps asked for now and those enabled before. Says what happened to each."""
+        unknown = set(apps) - set(self.APPS)
+        if unknown:
+            raise BottlerError(f"unknown app {', '.join(sorted(unknown))}",
+                               f"choose among {', '.join(self.APPS)}")
+        self.apps = [a for a in self.APPS if a in apps or a in self.apps]
         self.root.mkdir(parents=True, exist_ok=True)
         self.root.chmod(0o755)  # the postgres system user must traverse it when we are root
         self._save_state()
+        outcome = self._start(self.ORDER)
+        self._write_env()
+        if demo:  # before the apps, so the capture's snapshot has the shop
+            seed(self.endpoints.pg_dsn)
+        return outcome | self._start(tuple(self.apps))
+
+    def _start(self, names: tuple[str, ...]) -> dict[str, str]:
         outcome = {}
-        for name in self.ORDER:
+        for name in names:
             if self.part(name).running_pid() is not None:
                 outcome[name] = "already running"
                 continue
@@ -121,12 +144,11 @@ class Stack:
             else:
                 self.part(name).start()
             outcome[name] = "started"
-        self._write_env()
         return outcome
 
     def down(self) -> dict[str, str]:
         outcome = {}
-        for name in reversed(self.ORDER):
+        for name in reversed(self.ORDER + self.APPS):
             part = self.part(name)
             was_running = part.running_pid() is not None
             part.stop()
@@ -146,7 +168,7 @@ class Stack:
 
     # -- state -----------------------------------------------------------------------------
     def _check_port(self, name: str) -> None:
-        port_name = {"broker": ("kafka", "search")}.get(name, (name,))
+        port_name = {"broker": ("kafka", "search"), "capture": ("metrics",)}.get(name, (name,))
         for pn in port_name:
             port = getattr(self.ports, pn)
             if not port_is_free(port):
@@ -171,7 +193,7 @@ class Stack:
             ) from None
 
     def _save_state(self) -> None:
-        state = {"ports": asdict(self.ports), "pg_password": self.password}
+        state = {"ports": asdict(self.ports), "pg_password": self.password, "apps": self.apps}
         self.state_file.write_text(json.dumps(state, indent=2) + "\n")
         self.state_file.chmod(0o600)  # holds the database password
 
