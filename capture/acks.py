@@ -4,11 +4,13 @@ Each transaction (or stand-alone event such as a heartbeat) is a *batch* holding
 to confirm once every message of it, and of every batch before it, is acknowledged. Kafka acks
 arrive per partition, so out of commit order across partitions; batches are released strictly
 in commit order.
+
+No locks: confluent-kafka runs delivery callbacks inside poll()/flush(), on the thread that
+produces, which is the only one using a tracker.
 """
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 
 
@@ -25,45 +27,37 @@ class AckTracker:
     def __init__(self, confirmed: int = 0):
         self._batches: deque[Batch] = deque()
         self._confirmed = confirmed
-        self._lock = threading.Lock()  # delivery callbacks may run on another thread
 
     def open(self) -> Batch:
         batch = Batch()
-        with self._lock:
-            self._batches.append(batch)
+        self._batches.append(batch)
         return batch
 
     def sent(self, batch: Batch) -> None:
-        with self._lock:
-            batch.pending += 1
+        batch.pending += 1
 
     def acked(self, batch: Batch) -> None:
-        with self._lock:
-            batch.pending -= 1
+        batch.pending -= 1
 
     def seal(self, batch: Batch, lsn: int) -> None:
         """The batch is complete: no more messages will be added; confirm ``lsn`` once acked."""
-        with self._lock:
-            batch.lsn = lsn
-            batch.sealed = True
+        batch.lsn = lsn
+        batch.sealed = True
 
     def idle_at(self, lsn: int) -> None:
         """The server says WAL ends at ``lsn``: if nothing is in flight, it may be confirmed."""
-        with self._lock:
-            self._drain()
-            if not self._batches and lsn > self._confirmed:
-                self._confirmed = lsn
+        self._drain()
+        if not self._batches and lsn > self._confirmed:
+            self._confirmed = lsn
 
     @property
     def in_flight(self) -> int:
-        with self._lock:
-            return sum(b.pending for b in self._batches)
+        return sum(b.pending for b in self._batches)
 
     def confirmed(self) -> int:
         """The highest LSN whose batch, and all before it, are sealed and fully acknowledged."""
-        with self._lock:
-            self._drain()
-            return self._confirmed
+        self._drain()
+        return self._confirmed
 
     def _drain(self) -> None:
         while self._batches and self._batches[0].sealed and self._batches[0].pending == 0:

@@ -4,7 +4,6 @@ confirmed to PostgreSQL (see acks.py)."""
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -45,17 +44,15 @@ class Publisher:
             **BASE_CONFIG, "bootstrap.servers": bootstrap, **(extra_config or {}),
             "error_cb": self._client_error,
         })
-        self.next_offsets: dict[tuple[str, int], int] = {}  # last acked offset + 1
-        self._offsets_lock = threading.Lock()
 
     def send(self, topic: str, key: bytes | None, value: bytes | None, batch: Batch) -> None:
         tracker = self.tracker
 
-        def delivered(err: KafkaError | None, msg) -> None:
+        def delivered(err: KafkaError | None, _msg) -> None:
             if err is None:
-                with self._offsets_lock:
-                    self.next_offsets[(msg.topic(), msg.partition())] = msg.offset() + 1
-            elif err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                tracker.acked(batch)
+                return
+            if err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
                 if not self._skip(_too_large(topic, len(value or b"") + len(key or b""))):
                     return  # never acked: nothing past it is confirmed
             else:

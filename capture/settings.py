@@ -3,6 +3,7 @@ file over defaults. Names follow Bottled Water's flags."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -15,23 +16,42 @@ from pydantic_settings import (
 )
 
 from bottler.errors import BottlerError
+from bottler.redact import MASK, redact
+
+CONFIG_ENV = "BOTTLER_CONFIG"  # the YAML config file, when --config is not given
+
+# Flag of each setting, for error messages (the YAML keys and BOTTLER_* names are the field names).
+FLAGS = {
+    "postgres": "--postgres", "slot": "--slot", "broker": "--broker",
+    "schema_registry": "--schema-registry", "output_format": "--output-format",
+    "allow_unkeyed": "--allow-unkeyed", "topic_prefix": "--topic-prefix",
+    "on_error": "--on-error", "skip_snapshot": "--skip-snapshot", "kafka_config": "-C",
+    "topic_config": "-T", "tables": "--tables", "publication": "--publication",
+    "snapshot_workers": "--snapshot-workers", "metrics_port": "--metrics-port",
+    "heartbeat_interval": "--heartbeat-interval", "transaction_topic": "--transaction-topic",
+    "replica_identity_full": "--replica-identity-full",
+}
+# Never echoed back, not even when invalid: they may carry passwords.
+SECRET_FIELDS = {"postgres", "broker", "schema_registry", "kafka_config", "topic_config"}
+SECRET_WORDS = ("password", "secret", "token", "credentials", "key")
 
 
 def _env(*names: str) -> AliasChoices:
+    """Environment names of a setting besides BOTTLER_<FIELD>. Only prefixed names: an alias is
+    also read from the environment as is, so a bare one (say BROKER) would pick up unrelated
+    variables. Flags and the YAML file use the field name (populate_by_name)."""
     return AliasChoices(*names)
 
 
 class CaptureSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BOTTLER_", extra="forbid", populate_by_name=True)
 
-    postgres: str = Field(validation_alias=_env("postgres", "BOTTLER_POSTGRES", "BOTTLER_PG_DSN"))
+    postgres: str = Field(validation_alias=_env("BOTTLER_POSTGRES", "BOTTLER_PG_DSN"))
     slot: str = "bottler"
-    broker: str = Field(
-        "localhost:9092", validation_alias=_env("broker", "BOTTLER_BROKER", "BOTTLER_KAFKA")
-    )
+    broker: str = Field("localhost:9092", validation_alias=_env("BOTTLER_BROKER", "BOTTLER_KAFKA"))
     schema_registry: str = Field(
         "http://localhost:8081",
-        validation_alias=_env("schema_registry", "BOTTLER_SCHEMA_REGISTRY", "BOTTLER_REGISTRY"),
+        validation_alias=_env("BOTTLER_SCHEMA_REGISTRY", "BOTTLER_REGISTRY"),
     )
     output_format: Literal["avro", "json"] = "avro"
     allow_unkeyed: bool = False
@@ -43,7 +63,7 @@ class CaptureSettings(BaseSettings):
     tables: list[str] = []
     publication: str | None = None  # default: one named after the slot, created if missing
     snapshot_workers: int = Field(2, ge=1, le=64)
-    metrics_port: int | None = None
+    metrics_port: int | None = Field(None, ge=0, le=65535)
     heartbeat_interval: float = Field(10.0, gt=0)
     transaction_topic: bool = False
     replica_identity_full: bool = False
@@ -53,13 +73,24 @@ class CaptureSettings(BaseSettings):
     @field_validator("slot")
     @classmethod
     def _slot_name(cls, v: str) -> str:
-        if not v or not all(c.islower() or c.isdigit() or c == "_" for c in v):
-            raise ValueError("slot names may contain only lower-case letters, digits and _")
+        if not v or len(v) > 63 or not all(c.islower() or c.isdigit() or c == "_" for c in v):
+            raise ValueError(
+                "slot names may contain only lower-case letters, digits and _ (at most 63)"
+            )
         return v
 
     @property
     def publication_name(self) -> str:
         return self.publication or self.slot
+
+    def __repr_args__(self):
+        """Shown masked, wherever the settings are printed or logged."""
+        for name, value in super().__repr_args__():
+            if name in ("postgres", "broker", "schema_registry") and isinstance(value, str):
+                value = redact(value)
+            elif name == "kafka_config" and isinstance(value, dict):
+                value = {k: MASK if _secret_key(k) else v for k, v in value.items()}
+            yield name, value
 
     @classmethod
     def settings_customise_sources(
@@ -75,15 +106,57 @@ class CaptureSettings(BaseSettings):
 def load_settings(**given) -> CaptureSettings:
     """Settings from the given (non-None) flags, the environment and the config file."""
     given = {k: v for k, v in given.items() if v not in (None, [], {})}
-    if (path := given.get("config_file")) and not Path(path).is_file():
-        raise BottlerError(f"config file {path} not found")
+    if "config_file" not in given and os.environ.get(CONFIG_ENV):
+        given["config_file"] = Path(os.environ[CONFIG_ENV])
+    if path := given.get("config_file"):
+        _check_config_file(Path(path))
     try:
         return CaptureSettings(**given)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()
-        )
+        problems = "; ".join(_problem(e) for e in exc.errors())
         raise BottlerError(
             f"invalid capture settings: {problems}",
-            "see `bottler capture --help` and docs/configuration.md",
+            "see `bottler capture --help` for the accepted values"
+            + (f" and check {given['config_file']}" if given.get("config_file") else ""),
         ) from None
+
+
+def _check_config_file(path: Path) -> None:
+    import yaml
+
+    if not path.is_file():
+        raise BottlerError(f"config file {path} not found",
+                           f"check --config (or {CONFIG_ENV})")
+    try:
+        content = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where else ""
+        raise BottlerError(f"config file {path} is not valid YAML{at}",
+                           "fix the file: one `setting: value` per line") from None
+    if content is not None and not isinstance(content, dict):
+        raise BottlerError(f"config file {path} must hold a mapping of settings",
+                           "write one `setting: value` per line, e.g. `slot: bottler`")
+
+
+def _problem(error: dict) -> str:
+    """One validation problem as `--flag (field): message, got value` (never a secret value)."""
+    loc = [str(p) for p in error["loc"]]
+    field = loc[0] if loc else "settings"
+    for alias in ("BOTTLER_POSTGRES", "BOTTLER_PG_DSN"):
+        field = "postgres" if field == alias else field
+    name = f"{FLAGS[field]} ({field})" if field in FLAGS else field
+    if loc[1:]:
+        name += "." + ".".join(loc[1:])
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        message = "unknown setting"
+    elif error["type"] == "missing":
+        message = "required" + (", or set BOTTLER_PG_DSN" if field == "postgres" else "")
+    elif field not in SECRET_FIELDS and isinstance(error.get("input"), str | int | float):
+        message += f", got {error['input']!r}"
+    return f"{name}: {message}"
+
+
+def _secret_key(key: str) -> bool:
+    return any(word in key.lower() for word in SECRET_WORDS)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import psycopg
 import psycopg2
 import psycopg2.extras
 
 from bottler.errors import BottlerError
 from bottler.redact import redact
 from capture.pgoutput import str_to_lsn
-from capture.source import session_connect
+from capture.source import SETUP_DOC, session_connect
 from schemas.pgtypes import libpq_options
 
 
@@ -26,13 +27,26 @@ def replication_connect(dsn: str) -> psycopg2.extensions.connection:
             options=libpq_options(),
             connect_timeout=10,
         )
-    except psycopg2.OperationalError as exc:
-        reason = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))
-        if "replication" in reason and ("pg_hba" in reason or "permission" in reason):
-            hint = "the role needs the REPLICATION attribute and a pg_hba.conf replication entry"
-        else:
-            hint = "check the DSN and that the server is up"
-        raise BottlerError(f"cannot open a replication connection: {reason}", hint) from None
+    except psycopg2.Error as exc:
+        reason = redact(_first_line(exc))
+        raise BottlerError(
+            f"cannot open a replication connection to {redact(dsn)}: {reason}",
+            _connect_hint(reason),
+        ) from None
+
+
+def _connect_hint(reason: str) -> str:
+    if "max_wal_senders" in reason:
+        return ("raise max_wal_senders (ALTER SYSTEM SET max_wal_senders = 10; then restart "
+                f"PostgreSQL), or stop unused replication connections (see {SETUP_DOC})")
+    if "pg_hba" in reason:
+        return ("add a replication line to pg_hba.conf, e.g. `host replication <role> "
+                f"<client address> scram-sha-256`, then reload PostgreSQL (see {SETUP_DOC})")
+    if "replication role" in reason or "permission denied to start WAL sender" in reason:
+        return f"as a superuser run ALTER ROLE <role> REPLICATION; (see {SETUP_DOC})"
+    if "password authentication failed" in reason:
+        return "check the user and password of the DSN (--postgres / BOTTLER_PG_DSN)"
+    return "check the DSN (--postgres / BOTTLER_PG_DSN) and that the server is up"
 
 
 @dataclass
@@ -54,10 +68,19 @@ def create_slot(dsn: str, slot: str) -> NewSlot:
         cur.execute(f'CREATE_REPLICATION_SLOT "{slot}" LOGICAL pgoutput EXPORT_SNAPSHOT')
     except psycopg2.Error as exc:
         conn.close()
-        message = str(exc).strip().splitlines()[0]
+        message = redact(_first_line(exc))
         hint = None
         if "all replication slots are in use" in message:
-            hint = "raise max_replication_slots, or drop unused slots (bottler slot status)"
+            hint = ("raise max_replication_slots (then restart PostgreSQL), or drop unused "
+                    "slots (bottler slot status, bottler slot drop)")
+        elif "already exists" in message:
+            hint = ("another process created it just now: stop the other capture, or choose "
+                    "another --slot")
+        elif "wal_level" in message:
+            hint = ("as a superuser run ALTER SYSTEM SET wal_level = logical; then restart "
+                    f"PostgreSQL (see {SETUP_DOC})")
+        elif "replication" in message and ("permission" in message or "must be" in message):
+            hint = f"as a superuser run ALTER ROLE <role> REPLICATION; (see {SETUP_DOC})"
         raise BottlerError(f"cannot create replication slot {slot}: {message}", hint) from None
     _, consistent_point, snapshot, _ = cur.fetchone()
     return NewSlot(conn, str_to_lsn(consistent_point), snapshot)
@@ -78,10 +101,12 @@ def slot_status(dsn: str, slot: str | None = None) -> list[SlotStatus]:
         rows = conn.execute(
             """
             select slot_name, active_pid, confirmed_flush_lsn::text,
-                   pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint,
-                   pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint,
+                   pg_wal_lsn_diff(w.lsn, restart_lsn)::bigint,
+                   pg_wal_lsn_diff(w.lsn, confirmed_flush_lsn)::bigint,
                    wal_status
-            from pg_replication_slots
+            from pg_replication_slots,
+                 lateral (select case when pg_is_in_recovery() then pg_last_wal_replay_lsn()
+                                      else pg_current_wal_lsn() end as lsn) w
             where slot_type = 'logical' and (%s::text is null or slot_name = %s)
             order by slot_name
             """,
@@ -100,11 +125,37 @@ def drop_slot(dsn: str, slot: str) -> None:
             "select active_pid from pg_replication_slots where slot_name = %s", (slot,)
         ).fetchone()
         if row is None:
-            raise BottlerError(f"replication slot {slot} does not exist")
-        if row[0]:
             raise BottlerError(
-                f"replication slot {slot} is in use by process {row[0]}",
-                "stop the capture that uses it first",
+                f"replication slot {slot} does not exist",
+                "`bottler slot status` lists the slots of this server",
             )
-        conn.execute("select pg_drop_replication_slot(%s)", (slot,))
+        if row[0]:
+            raise _in_use(slot, row[0])
+        try:
+            conn.execute("select pg_drop_replication_slot(%s)", (slot,))
+        except psycopg.errors.ObjectInUse:  # a capture took it since we looked
+            pid = conn.execute(
+                "select active_pid from pg_replication_slots where slot_name = %s", (slot,)
+            ).fetchone()
+            raise _in_use(slot, pid[0] if pid else None) from None
+        except psycopg.errors.UndefinedObject:
+            raise BottlerError(f"replication slot {slot} does not exist",
+                               "`bottler slot status` lists the slots of this server") from None
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise BottlerError(
+                f"cannot drop replication slot {slot}: {redact(_first_line(exc))}",
+                "drop it as a role with the REPLICATION attribute, or as a superuser",
+            ) from None
 
+
+def _in_use(slot: str, pid: int | None) -> BottlerError:
+    return BottlerError(
+        f"replication slot {slot} is in use by process {pid}; it was not dropped",
+        "stop the capture that uses it first (a superuser can end a stuck one with "
+        f"SELECT pg_terminate_backend({pid});)",
+    )
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

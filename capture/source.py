@@ -16,7 +16,8 @@ from schemas.pgtypes import Column, libpq_options
 
 log = logging.getLogger(__name__)
 
-LEAST_PRIVILEGE_DOC = "docs/capture.md#least-privilege"
+SETUP_DOC = "docs/capture-setup.md"  # the least-privilege setup and every start-up error
+LEAST_PRIVILEGE_DOC = SETUP_DOC
 
 
 @dataclass
@@ -46,39 +47,56 @@ def session_connect(dsn: str, **kwargs) -> psycopg.Connection:
 
 def preflight(conn: psycopg.Connection, slot: str) -> None:
     """Refuse early, with the fix, what would fail later."""
-    wal_level = conn.execute("show wal_level").fetchone()[0]
+    settings = dict(conn.execute(
+        "select name, setting from pg_settings "
+        "where name in ('wal_level', 'max_replication_slots', 'max_wal_senders')"
+    ).fetchall())
+    wal_level = settings.get("wal_level")
     if wal_level != "logical":
         raise BottlerError(
-            f"the source database has wal_level = {wal_level}; logical decoding needs logical",
-            "run ALTER SYSTEM SET wal_level = logical; and restart PostgreSQL",
+            f"the source database has wal_level = {wal_level}; logical decoding needs "
+            "wal_level = logical",
+            "as a superuser run ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL "
+            f"(a reload is not enough); see {SETUP_DOC}",
         )
+    for name in ("max_replication_slots", "max_wal_senders"):
+        if int(settings.get(name) or 0) < 1:
+            raise BottlerError(
+                f"the source database has {name} = {settings.get(name)}; the capture needs "
+                "at least one",
+                f"as a superuser run ALTER SYSTEM SET {name} = 10; then restart PostgreSQL "
+                f"(see {SETUP_DOC})",
+            )
     user, can_replicate = conn.execute(
         "select current_user, rolreplication or rolsuper from pg_roles where rolname = current_user"
     ).fetchone()
     if not can_replicate:
+        role = sql.Identifier(user).as_string(conn)
         raise BottlerError(
-            f"role {user} may not use replication",
-            f"ALTER ROLE {user} REPLICATION; (see {LEAST_PRIVILEGE_DOC})",
+            f"role {user} may not use replication (it lacks the REPLICATION attribute)",
+            f"as a superuser run ALTER ROLE {role} REPLICATION; (see {SETUP_DOC})",
         )
     row = conn.execute(
-        "select active_pid, database = current_database(), plugin "
+        "select active_pid, database = current_database(), plugin, database "
         "from pg_replication_slots where slot_name = %s",
         (slot,),
     ).fetchone()
     if row and row[0]:
         raise BottlerError(
             f"replication slot {slot} is in use by another process (pid {row[0]})",
-            "stop the other capture, or choose another --slot",
-        )
-    if row and not row[1]:
-        raise BottlerError(
-            f"replication slot {slot} belongs to another database",
-            "choose another --slot",
+            "stop the other capture, or choose another --slot; `bottler slot status` shows "
+            f"the slot; if that process is stuck, a superuser can end it with "
+            f"SELECT pg_terminate_backend({row[0]});",
         )
     if row and row[2] != "pgoutput":
         raise BottlerError(
             f"replication slot {slot} uses the {row[2]} plugin, not pgoutput",
             f"drop it (bottler slot drop --slot {slot}) or choose another --slot",
+        )
+    if row and not row[1]:
+        raise BottlerError(
+            f"replication slot {slot} belongs to another database ({row[3]})",
+            "choose another --slot (slot names are shared by every database of the server)",
         )
 
 
@@ -87,30 +105,48 @@ def ensure_publication(conn: psycopg.Connection, name: str, tables: list[str]) -
     if conn.execute("select 1 from pg_publication where pubname = %s", (name,)).fetchone():
         return
     target = (
-        sql.SQL("for table {}").format(sql.SQL(", ").join(_table_ident(t) for t in tables))
-        if tables else sql.SQL("for all tables")
+        sql.SQL("FOR TABLE {}").format(sql.SQL(", ").join(_table_ident(t) for t in tables))
+        if tables else sql.SQL("FOR ALL TABLES")
     )
+    statement = sql.SQL("CREATE PUBLICATION {} ").format(sql.Identifier(name)) + target
     try:
         with conn.transaction():
-            conn.execute(sql.SQL("create publication {} ").format(sql.Identifier(name)) + target)
+            conn.execute(statement)
     except psycopg.errors.UndefinedTable as exc:
-        raise BottlerError(f"--tables names a table that does not exist: {exc}") from None
-    except psycopg.errors.InsufficientPrivilege:
         raise BottlerError(
-            f"publication {name} does not exist, and this role may not create it",
-            f"have the tables' owner run: CREATE PUBLICATION {name} {target.as_string(conn)}; "
-            f"then pass --publication {name} (see {LEAST_PRIVILEGE_DOC})",
+            f"--tables names a table that does not exist: {_first_line(exc)}",
+            "name existing tables as schema.table (public. may be omitted)",
         ) from None
-    log.info("created publication %s %s", name, target.as_string(conn))
+    except psycopg.errors.InsufficientPrivilege:
+        who = "a superuser" if not tables else "the tables' owner (or a superuser)"
+        raise BottlerError(
+            f"publication {name} does not exist, and role {_current_user(conn)} may not "
+            "create it",
+            f"have {who} run: {statement.as_string(conn)}; then pass --publication {name} "
+            f"(see {SETUP_DOC})",
+        ) from None
+    except psycopg.Error as exc:
+        raise BottlerError(
+            f"cannot create publication {name}: {_first_line(exc)}",
+            f"create it yourself ({statement.as_string(conn)};) and pass --publication {name}",
+        ) from None
+    log.info("created publication %s", statement.as_string(conn))
 
 
 def published_tables(
     conn: psycopg.Connection, publication: str, only: list[str] | None = None
 ) -> list[SourceTable]:
+    if not conn.execute(
+        "select 1 from pg_publication where pubname = %s", (publication,)
+    ).fetchone():
+        raise BottlerError(
+            f"publication {publication} does not exist in this database",
+            f"create it (see {SETUP_DOC}) or check --publication and the DSN's database",
+        )
     rows = conn.execute(
         """
         select c.oid, n.nspname, c.relname, c.relreplident, c.relpages,
-               has_table_privilege(c.oid, 'SELECT')
+               has_schema_privilege(n.oid, 'USAGE'), has_table_privilege(c.oid, 'SELECT')
         from pg_publication_tables p
         join pg_namespace n on n.nspname = p.schemaname
         join pg_class c on c.relnamespace = n.oid and c.relname = p.tablename
@@ -120,14 +156,28 @@ def published_tables(
         (publication,),
     ).fetchall()
     wanted = {_qualify(t) for t in only or []}
+    if missing := sorted(wanted - {f"{r[1]}.{r[2]}" for r in rows}):
+        pub = sql.Identifier(publication).as_string(conn)
+        raise BottlerError(
+            f"--tables names tables that publication {publication} does not publish: "
+            f"{', '.join(missing)}",
+            f"have the tables' owner run ALTER PUBLICATION {pub} ADD TABLE "
+            f"{', '.join(missing)}; or drop them from --tables",
+        )
     tables = []
-    for oid, schema, name, replident, pages, can_select in rows:
+    for oid, schema, name, replident, pages, can_use_schema, can_select in rows:
         if wanted and f"{schema}.{name}" not in wanted:
             continue
-        if not can_select:
+        if not can_use_schema or not can_select:
+            role = sql.Identifier(_current_user(conn)).as_string(conn)
+            grant = (f"GRANT USAGE ON SCHEMA {sql.Identifier(schema).as_string(conn)} TO {role};"
+                     if not can_use_schema else
+                     f"GRANT SELECT ON {sql.Identifier(schema, name).as_string(conn)} "
+                     f"TO {role};")
             raise BottlerError(
-                f"this role may not read {schema}.{name}",
-                f"GRANT SELECT ON {schema}.{name} TO <role>; (see {LEAST_PRIVILEGE_DOC})",
+                f"role {_current_user(conn)} may not read {schema}.{name}, which publication "
+                f"{publication} publishes",
+                f"have the table's owner run: {grant} (see {SETUP_DOC})",
             )
         tables.append(SourceTable(
             oid=oid, schema=schema, name=name, columns=load_columns(conn, oid),
@@ -206,3 +256,12 @@ def _qualify(table: str) -> str:
 
 def _table_ident(table: str) -> sql.Identifier:
     return sql.Identifier(*_qualify(table).split(".", 1))
+
+
+def _current_user(conn: psycopg.Connection) -> str:
+    return conn.execute("select current_user").fetchone()[0]
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

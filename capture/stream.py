@@ -50,6 +50,7 @@ class Streamer:
         self.heartbeat_interval = heartbeat_interval
         self.transaction_topic = transaction_topic
         self._skipped_relations: set[int] = set()  # unkeyed tables under --on-error=log
+        self._counters: dict[tuple[str, str], object] = {}
         self._batch = None
         self._begin: pgoutput.Begin | None = None
         self._last_heartbeat = 0.0
@@ -164,7 +165,7 @@ class Streamer:
             self.publisher.data_error(error)
             return
         self._send(codec.topic, key, value)
-        metrics.EVENTS.labels(codec.qualified, op).inc()
+        self._count(codec.qualified, op)
 
     def _update(self, m: pgoutput.Update) -> None:
         new = m.new
@@ -185,6 +186,12 @@ class Streamer:
                 self._change(m.relation_oid, m.old, None, "delete")  # the old key is gone
         self._change(m.relation_oid, new, new, "update")
 
+    def _count(self, table: str, op: str) -> None:
+        counter = self._counters.get((table, op))
+        if counter is None:  # labels() is a locked dict look-up: keep the children
+            counter = self._counters[(table, op)] = metrics.EVENTS.labels(table, op)
+        counter.inc()
+
     def _truncate(self, m: pgoutput.Truncate) -> None:
         self.publisher.flush()  # so the topics' end offsets include every earlier change
         for oid in m.relation_oids:
@@ -197,7 +204,7 @@ class Streamer:
                 topics.end_offsets(self.admin, codec.topic), m.cascade, m.restart_identity,
             )
             self._send(self.control.truncate_topic, codec.topic.encode(), event)
-            metrics.EVENTS.labels(codec.qualified, "truncate").inc()
+            self._count(codec.qualified, "truncate")
 
     def _message(self, m: pgoutput.Message) -> None:
         if m.prefix != HEARTBEAT_PREFIX:

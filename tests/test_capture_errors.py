@@ -302,24 +302,60 @@ def test_a_role_that_may_not_read_a_published_table_is_told_the_grant(
                   prefix) == 0  # refused before anything was created
 
 
-# -- 5. wal_level ----------------------------------------------------------------------------
+# -- 5. server settings: wal_level and friends, on a throwaway cluster ------------------------
 
-def test_wal_level_not_logical_says_how_to_fix_it():
+@pytest.fixture(scope="module")
+def cluster():
+    """A PostgreSQL cluster of this module's own, whose settings the tests may break."""
     root = new_stack_dir()
-    cluster = PostgresCluster(root, free_port(), "Pw" + secrets.token_hex(10))
+    pg = PostgresCluster(root, free_port(), "Pw" + secrets.token_hex(10))
     try:
-        cluster.init()
-        with open(cluster.data / "postgresql.auto.conf", "a") as conf:
-            conf.write("wal_level = replica\n")  # overrides the cluster's logical
-        cluster.start()
-        assert scalar(cluster.dsn(), "show wal_level") == "replica"
-        proc = bottler("capture", "-d", cluster.dsn(), "-s", "walcheck",
-                       "-b", f"127.0.0.1:{free_port()}")
-        assert_clear_error(proc, "wal_level = replica", "ALTER SYSTEM SET wal_level = logical",
-                           "restart PostgreSQL", secrets=(cluster.password,))
+        pg.init()
+        pg.start()
+        yield pg
     finally:
-        cluster.stop()
+        pg.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def configure(pg: PostgresCluster, auto_conf: str, hba_replication: bool = True) -> None:
+    """Restart ``pg`` with ``auto_conf`` (overriding the cluster's own logical settings) and with
+    or without pg_hba.conf's replication lines."""
+    pg.stop()
+    (pg.data / "postgresql.auto.conf").write_text(auto_conf)
+    hba = pg.data / "pg_hba.conf"
+    kept = getattr(pg, "_hba", None) or hba.read_text()
+    pg._hba = kept
+    hba.write_text(kept if hba_replication else "\n".join(
+        line for line in kept.splitlines() if "replication" not in line) + "\n")
+    pg.start()
+
+
+@pytest.mark.parametrize(
+    "auto_conf, hba_replication, expected",
+    [
+        ("wal_level = replica\n", True,
+         ("wal_level = replica", "ALTER SYSTEM SET wal_level = logical", "restart PostgreSQL")),
+        ("max_wal_senders = 0\n", True,
+         ("max_wal_senders = 0", "ALTER SYSTEM SET max_wal_senders", "restart PostgreSQL")),
+        ("max_replication_slots = 0\n", True,
+         ("max_replication_slots = 0", "ALTER SYSTEM SET max_replication_slots",
+          "restart PostgreSQL")),
+        ("", False,
+         ("cannot open a replication connection", "no pg_hba.conf entry for replication",
+          "host replication", "pg_hba.conf")),
+    ],
+    ids=["wal_level", "max_wal_senders", "max_replication_slots", "pg_hba"],
+)
+def test_server_settings_that_prevent_capture_say_how_to_fix_them(
+    stack, cluster, prefix, auto_conf, hba_replication, expected
+):
+    configure(cluster, auto_conf, hba_replication)
+    if auto_conf:
+        name, value = auto_conf.strip().split(" = ")
+        assert scalar(cluster.dsn(), f"show {name}") == value
+    proc = bottler("capture", "-d", cluster.dsn(), "-s", prefix, "-p", prefix, *services(stack))
+    assert_clear_error(proc, *expected, secrets=(cluster.password, password_of(stack.pg_dsn)))
 
 
 # -- 6. slot in use --------------------------------------------------------------------------

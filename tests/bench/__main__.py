@@ -54,13 +54,11 @@ def main(argv: list[str] | None = None) -> None:
         data.fill(ep.pg_dsn, SNAPSHOT_TABLE, 1, rows)
         data.vacuum(ep.pg_dsn, SNAPSHOT_TABLE)
 
-        say("broker ceiling")
-        figures.append(ceilings.broker_produce(ep.kafka))
-
         say("decode ceiling, catch-up (pg_recvlogical --endpos)")
         decode_catch_up = ceilings.decode_catch_up(ep.pg_dsn, DECODE_TABLE, rows, TRANSACTIONS)
         say("decode ceiling, live (pg_recvlogical streaming during the insert)")
         decode_live = ceilings.decode_live(ep.pg_dsn, DECODE_TABLE, rows, TRANSACTIONS)
+        data.drop_table(ep.pg_dsn, DECODE_TABLE)
         figures += [decode_catch_up, decode_live]
 
         stream = StreamBench(ep.pg_dsn, ep.kafka, env, STREAM_TABLE, cpu_roots)
@@ -70,15 +68,16 @@ def main(argv: list[str] | None = None) -> None:
             say("capture stream, live")
             figures += stream.live(rows, TRANSACTIONS, decode_live)
             say(f"latency at {LATENCY_RATE:,} commits/s for {LATENCY_SECONDS} s")
-            figures += latency(ep.pg_dsn, ep.kafka, STREAM_TABLE, stream.topic,
-                               stream.rows_in_topic + 1, LATENCY_RATE, LATENCY_SECONDS,
-                               stream.capture, cpu_roots)
+            stream.fresh_topic()
+            figures += latency(ep.pg_dsn, ep.kafka, STREAM_TABLE, stream.topic, stream.next_id,
+                               LATENCY_RATE, LATENCY_SECONDS, stream.capture, cpu_roots)
         finally:
             stream.close()
         figures.append(Figure(
             "capture RSS peak: stream (catch-up, live, latency)", stream.capture.peak_mb, "MB",
             target=Target("<", RSS_TARGET_MB),
-            notes=["VmHWM of the `bottler capture` process, sampled every 0.25 s"],
+            notes=["VmHWM of the `bottler capture` process (the largest of its runs), "
+                   "sampled every 0.25 s"],
         ))
 
         say("COPY ceiling")
@@ -98,6 +97,8 @@ def main(argv: list[str] | None = None) -> None:
                        + " + ".join(f"{kb / 1024:.0f}" for kb in capture.worker_peaks.values())
                        + " MB (VmHWM of each, summed: shared pages count once per process)"],
             ))
+        say("broker ceiling")
+        figures.append(ceilings.broker_produce(ep.kafka, cpu_roots["broker"]))
     header.append(machine_line() + f" at the end; {time.monotonic() - started:.0f} s in all")
     print_report(figures, header)
 

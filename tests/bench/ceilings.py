@@ -18,12 +18,14 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from compose.postgres import find_bin_dir
 from tests.bench import data
+from tests.bench.procs import CpuMeter
 from tests.bench.report import Figure
 
 PROTO = ("-o", "proto_version=1")  # what the capture asks pgoutput for
 
 
-def broker_produce(bootstrap: str, messages: int = 200_000, size: int = 200) -> Figure:
+def broker_produce(bootstrap: str, broker_pid: int | None = None, messages: int = 200_000,
+                   size: int = 200) -> Figure:
     """Producing pre-encoded messages with confluent-kafka, acknowledged by the broker."""
     topic = f"bench-raw-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the topic exists
@@ -33,6 +35,7 @@ def broker_produce(bootstrap: str, messages: int = 200_000, size: int = 200) -> 
         "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000,
     })
     payload = os.urandom(size)
+    meter = CpuMeter({"broker": broker_pid, "this process": os.getpid()}).start()
     start = time.perf_counter()
     for i in range(messages):
         while True:
@@ -43,8 +46,11 @@ def broker_produce(bootstrap: str, messages: int = 200_000, size: int = 200) -> 
                 producer.poll(0.01)
     assert producer.flush(60) == 0, "broker did not acknowledge every message"
     elapsed = time.perf_counter() - start
+    cpu = meter.note()
+    admin.delete_topics([topic])[topic].result(timeout=60)  # see kafka.delete_topics
     return Figure("broker: produce pre-encoded 200 B messages", messages / elapsed, "msgs/s",
-                  notes=[f"{messages:,} messages, 4 partitions, idempotent, no delivery callback"])
+                  notes=[f"{messages:,} messages, 4 partitions, idempotent, no delivery callback",
+                         cpu])
 
 
 def copy_out(dsn: str, table: str, rows: int) -> Figure:

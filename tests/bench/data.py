@@ -9,9 +9,14 @@ import psycopg
 from psycopg import sql
 
 
-def create_table(dsn: str, table: str) -> None:
+def drop_table(dsn: str, table: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("drop table if exists {} cascade").format(sql.Identifier(table)))
+
+
+def create_table(dsn: str, table: str) -> None:
+    drop_table(dsn, table)
+    with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL(
             "create table {} (id int primary key, a text not null, b text not null, "
             "t timestamptz not null)"

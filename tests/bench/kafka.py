@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Callable
 
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 
 class TopicWatch:
@@ -37,3 +38,13 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str, every: floa
             return time.monotonic()
         time.sleep(every)
     raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def delete_topics(bootstrap: str, prefix: str) -> None:
+    """Delete the topics named ``prefix``…: the embedded broker saves all it holds every few
+    seconds, at a CPU cost that grows with what it holds, so measurements clean up after
+    themselves to keep that cost out of the next one."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix)]
+    for future in (admin.delete_topics(names, operation_timeout=30).values() if names else ()):
+        future.result(timeout=60)

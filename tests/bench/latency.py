@@ -25,7 +25,7 @@ from tests.bench.report import Figure, Target
 
 WRITERS = 2  # connections sharing the rate
 TICK = 0.005  # seconds between a writer's batches
-MAX_BATCH = 200  # rows per round trip at most, should a writer fall behind
+MAX_BATCH = 25  # rows per round trip at most, should a writer fall behind
 DRAIN_TIMEOUT = 60  # seconds for the last messages to arrive
 
 

@@ -4,7 +4,7 @@ log line (written once every row is acknowledged by Kafka), then stopped."""
 
 from __future__ import annotations
 
-from tests.bench.kafka import TopicWatch
+from tests.bench.kafka import TopicWatch, delete_topics
 from tests.bench.procs import CaptureProcess, CpuMeter, running
 from tests.bench.report import Figure, Target
 
@@ -27,6 +27,7 @@ def snapshot(env: dict[str, str], bootstrap: str, table: str, rows: int, workers
     watch = TopicWatch(bootstrap, f"{name}.{table}")
     in_topic = watch.end()
     watch.close()
+    delete_topics(bootstrap, f"{name}.")
     if copied != rows or in_topic != rows:
         raise RuntimeError(f"snapshot of {rows:,} rows: the capture reports {copied:,}, "
                            f"the topic holds {in_topic:,}")
