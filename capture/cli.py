@@ -25,7 +25,11 @@ def _props(pairs: list[str] | None, flag: str) -> dict[str, str]:
     for pair in pairs or []:
         name, sep, value = pair.partition("=")
         if not sep or not name:
-            raise BottlerError(f"{flag} expects prop=value, got {pair!r}")
+            secret = any(w in pair.lower() for w in ("password", "secret", "token"))
+            raise BottlerError(
+                f"{flag} expects prop=value, got {'***' if secret else pair!r}",
+                f"write each setting as {flag} prop=value, e.g. {flag} compression.type=zstd",
+            )
         props[name.strip()] = value.strip()
     return props
 
@@ -108,7 +112,8 @@ def slot_status_cmd(
 
     rows = slot_status(_dsn(postgres), slot)
     if slot and not rows:
-        raise BottlerError(f"replication slot {slot} does not exist")
+        raise BottlerError(f"replication slot {slot} does not exist",
+                           "`bottler slot status` without --slot lists every slot")
     table = Table(title="logical replication slots", title_justify="left")
     for col in ("slot", "active pid", "confirmed LSN", "retained WAL", "lag", "WAL status"):
         table.add_column(col)

@@ -14,6 +14,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from bottler.errors import BottlerError
+from bottler.redact import redact
 from capture.publisher import DataError
 from schemas.avro_schema import record_schemas, row_encoder
 from schemas.pgtypes import Column, TypeConversionError
@@ -36,7 +37,7 @@ class Registrar:
             self.client.get_subjects()
         except Exception as exc:  # the client raises requests'/httpx's errors as they are
             raise BottlerError(
-                f"the schema registry at {self.url} is unreachable: {exc}",
+                f"the schema registry at {redact(self.url)} is unreachable: {redact(str(exc))}",
                 "check --schema-registry (BOTTLER_REGISTRY) and that the registry is up",
             ) from None
 
@@ -54,7 +55,8 @@ class Registrar:
             schema_id = self._register_incompatible(subject, text, exc.error_message)
         except Exception as exc:
             raise BottlerError(
-                f"cannot register {subject} with the schema registry at {self.url}: {exc}",
+                f"cannot register {subject} with the schema registry at {redact(self.url)}: "
+                f"{redact(str(exc))}",
                 "check that the registry is up; capture resumes where it stopped",
             ) from None
         self._ids[(subject, text)] = schema_id

@@ -13,6 +13,7 @@ from bottler.redact import redact
 from capture import metrics, snapshot, source, state, topics
 from capture.control import ControlEvents
 from capture.encoding import Registrar
+from capture.pgoutput import lsn_to_str
 from capture.publisher import DataError, Publisher
 from capture.settings import CaptureSettings
 from capture.slot import create_slot, drop_slot, slot_exists
@@ -32,16 +33,18 @@ def run_capture(settings: CaptureSettings, stop: threading.Event | None = None) 
 
     catalog = source.session_connect(s.postgres, autocommit=True)
     source.preflight(catalog, s.slot)
+    # Kafka and the registry are checked before anything is created in the database.
+    admin = AdminClient({**s.kafka_config, "bootstrap.servers": s.broker,
+                         "log_level": 2})  # _check_broker reports failures, once
+    _check_broker(admin, s.broker)
+    registrar = Registrar(s.schema_registry) if s.output_format == "avro" else None
+    if registrar:
+        registrar.check()
     source.ensure_publication(catalog, s.publication_name, s.tables)
     published = source.published_tables(catalog, s.publication_name, s.tables)
     source.check_keys(published, s.allow_unkeyed)
     source.check_toast(catalog, published, s.replica_identity_full)
 
-    admin = AdminClient({**s.kafka_config, "bootstrap.servers": s.broker})
-    _check_broker(admin, s.broker)
-    registrar = Registrar(s.schema_registry) if s.output_format == "avro" else None
-    if registrar:
-        registrar.check()
     control = ControlEvents(s.topic_prefix, s.output_format, registrar)
     progress = state.CaptureState(s.broker, s.topic_prefix, s.kafka_config)
     # Control events must outlive every table message they refer to: no time-based deletion.
@@ -68,7 +71,7 @@ def run_capture(settings: CaptureSettings, stop: threading.Event | None = None) 
         transaction_topic=s.transaction_topic,
     )
     streamer.run(stop)
-    log.info("capture stopped; confirmed up to %s", streamer.tracker.confirmed())
+    log.info("capture stopped; confirmed up to %s", lsn_to_str(streamer.tracker.confirmed()))
 
 
 def _new_slot(s: CaptureSettings, progress, tables: Tables, published) -> None:
@@ -79,7 +82,8 @@ def _new_slot(s: CaptureSettings, progress, tables: Tables, published) -> None:
         return
     progress.write(s.slot, snapshot=state.SNAPSHOT_STARTED)
     new = create_slot(s.postgres, s.slot)
-    log.info("created slot %s at %X; snapshot %s", s.slot, new.consistent_lsn, new.snapshot)
+    log.info("created slot %s at %s; snapshot %s", s.slot, lsn_to_str(new.consistent_lsn),
+             new.snapshot)
     try:
         with source.session_connect(s.postgres) as conn:
             # Table descriptions as of the snapshot, so the copy and its schemas agree.

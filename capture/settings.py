@@ -18,6 +18,7 @@ from pydantic_settings import (
 from bottler.errors import BottlerError
 from bottler.redact import MASK, redact
 
+LIBRDKAFKA_CONFIG_DOC = "https://github.com/confluentinc/librdkafka/blob/master/CONFIGURATION.md"
 CONFIG_ENV = "BOTTLER_CONFIG"  # the YAML config file, when --config is not given
 
 # Flag of each setting, for error messages (the YAML keys and BOTTLER_* names are the field names).
@@ -79,6 +80,14 @@ class CaptureSettings(BaseSettings):
             )
         return v
 
+    @field_validator("kafka_config")
+    @classmethod
+    def _librdkafka_accepts(cls, v: dict[str, str]) -> dict[str, str]:
+        """Unknown -C properties and bad values are refused here, not as a traceback later."""
+        if v:
+            check_kafka_config(v)
+        return v
+
     @property
     def publication_name(self) -> str:
         return self.publication or self.slot
@@ -113,12 +122,28 @@ def load_settings(**given) -> CaptureSettings:
     try:
         return CaptureSettings(**given)
     except ValidationError as exc:
-        problems = "; ".join(_problem(e) for e in exc.errors())
-        raise BottlerError(
-            f"invalid capture settings: {problems}",
-            "see `bottler capture --help` for the accepted values"
-            + (f" and check {given['config_file']}" if given.get("config_file") else ""),
-        ) from None
+        errors = exc.errors()
+        problems = "; ".join(_problem(e) for e in errors)
+        hint = "see `bottler capture --help` for the accepted values"
+        if any(e["loc"][:1] == ("kafka_config",) for e in errors):
+            hint = f"-C takes librdkafka's properties, see {LIBRDKAFKA_CONFIG_DOC}"
+        if given.get("config_file"):
+            hint += f"; check {given['config_file']}"
+        raise BottlerError(f"invalid capture settings: {problems}", hint) from None
+
+
+def check_kafka_config(config: dict[str, str]) -> None:
+    """Raise ValueError when librdkafka refuses ``config`` (a client is made, none connects)."""
+    from confluent_kafka import KafkaException, Producer
+
+    try:
+        Producer({**config, "log_level": 0})  # no bootstrap.servers: it connects nowhere
+    except KafkaException as exc:
+        reason = exc.args[0].str()
+        for key, value in config.items():
+            if _secret_key(key) and value:
+                reason = reason.replace(value, MASK)
+        raise ValueError(f"librdkafka refuses it: {redact(reason)}") from None
 
 
 def _check_config_file(path: Path) -> None:

@@ -40,8 +40,10 @@ def _connect_hint(reason: str) -> str:
         return ("raise max_wal_senders (ALTER SYSTEM SET max_wal_senders = 10; then restart "
                 f"PostgreSQL), or stop unused replication connections (see {SETUP_DOC})")
     if "pg_hba" in reason:
-        return ("add a replication line to pg_hba.conf, e.g. `host replication <role> "
-                f"<client address> scram-sha-256`, then reload PostgreSQL (see {SETUP_DOC})")
+        return ("add a pg_hba.conf line for this database and role, e.g. `host <database> "
+                "<role> <client address>/32 scram-sha-256` (a logical replication connection "
+                "matches the database name, not the `replication` keyword), then reload "
+                f"PostgreSQL (see {SETUP_DOC})")
     if "replication role" in reason or "permission denied to start WAL sender" in reason:
         return f"as a superuser run ALTER ROLE <role> REPLICATION; (see {SETUP_DOC})"
     if "password authentication failed" in reason:

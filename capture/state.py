@@ -48,7 +48,7 @@ class CaptureState:
                     state = json.loads(msg.value()) if msg.value() else None
             return state
         except KafkaException as exc:
-            raise topics.unreachable_broker(exc) from None
+            raise topics.unreachable_broker(exc.args[0].str(), self.bootstrap) from None
         finally:
             consumer.close()
 

@@ -9,8 +9,10 @@ import threading
 import time
 
 import psycopg
+import psycopg2
 from confluent_kafka.admin import AdminClient
 
+from bottler.errors import BottlerError
 from capture import metrics, pgoutput, topics
 from capture.control import ControlEvents
 from capture.pgoutput import UNCHANGED
@@ -59,11 +61,20 @@ class Streamer:
     def run(self, stop: threading.Event) -> None:
         conn = replication_connect(self.dsn)
         cur = conn.cursor()
-        cur.start_replication(
-            slot_name=self.slot, decode=False, status_interval=10,
-            options={"proto_version": "1", "publication_names": self.publication,
-                     "messages": "true"},
-        )
+        try:
+            cur.start_replication(
+                slot_name=self.slot, decode=False, status_interval=10,
+                options={"proto_version": "1", "publication_names": self.publication,
+                         "messages": "true"},
+            )
+        except psycopg2.Error as exc:
+            conn.close()
+            raise BottlerError(
+                f"cannot stream from replication slot {self.slot}: "
+                f"{str(exc).strip().splitlines()[0]}",
+                "another process may hold the slot (bottler slot status): stop it or choose "
+                "another --slot",
+            ) from None
         log.info("streaming from slot %s (publication %s)", self.slot, self.publication)
         handled = 0
         try:

@@ -49,7 +49,7 @@ def ensure_topics(
     try:
         existing = set(admin.list_topics(timeout=10).topics)
     except KafkaException as exc:
-        raise unreachable_broker(exc) from None
+        raise unreachable_broker(exc.args[0].str()) from None
     new = [
         NewTopic(t, num_partitions=partitions, config=cfg)
         for t, cfg in wanted.items() if t not in existing

@@ -23,6 +23,7 @@ import psycopg
 import psycopg2
 import psycopg2.extras
 import pytest
+from confluent_kafka.admin import AdminClient
 from psycopg.conninfo import conninfo_to_dict
 
 from compose.postgres import PostgresCluster
@@ -223,7 +224,12 @@ def test_a_role_with_replication_and_select_only_captures_end_to_end(
             wait_for(items(22), 30, "an insert after heartbeats were turned off")
     finally:
         proc.send_signal(signal.SIGTERM)
-        returncode = proc.wait(60)
+        try:
+            returncode = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
     output = log.read_text()
     assert returncode == 0, output
     assert "Traceback" not in output
@@ -231,8 +237,6 @@ def test_a_role_with_replication_and_select_only_captures_end_to_end(
         assert password not in output
     assert role.name in output and "***" in output  # the DSN is logged, masked
     # Only the published table became a topic; the unreadable `secret` table was never touched.
-    from confluent_kafka.admin import AdminClient
-
     topics = AdminClient({"bootstrap.servers": stack.kafka}).list_topics(timeout=10).topics
     assert f"{prefix}.items" in topics and f"{prefix}.secret" not in topics
 
@@ -318,43 +322,47 @@ def cluster():
         shutil.rmtree(root, ignore_errors=True)
 
 
-def configure(pg: PostgresCluster, auto_conf: str, hba_replication: bool = True) -> None:
-    """Restart ``pg`` with ``auto_conf`` (overriding the cluster's own logical settings) and with
-    or without pg_hba.conf's replication lines."""
+HBA_POSTGRES_ONLY = "host postgres all 127.0.0.1/32 scram-sha-256\n"
+
+
+def configure(pg: PostgresCluster, auto_conf: str, hba: str | None = None) -> None:
+    """Restart ``pg`` with ``auto_conf`` (overriding the cluster's own logical settings) and
+    ``hba`` as pg_hba.conf (None: the one initdb wrote)."""
     pg.stop()
     (pg.data / "postgresql.auto.conf").write_text(auto_conf)
-    hba = pg.data / "pg_hba.conf"
-    kept = getattr(pg, "_hba", None) or hba.read_text()
-    pg._hba = kept
-    hba.write_text(kept if hba_replication else "\n".join(
-        line for line in kept.splitlines() if "replication" not in line) + "\n")
+    path = pg.data / "pg_hba.conf"
+    if not hasattr(pg, "initial_hba"):
+        pg.initial_hba = path.read_text()
+    path.write_text(hba or pg.initial_hba)
     pg.start()
 
 
 @pytest.mark.parametrize(
-    "auto_conf, hba_replication, expected",
+    "auto_conf, hba, expected",
     [
-        ("wal_level = replica\n", True,
+        ("wal_level = replica\n", None,
          ("wal_level = replica", "ALTER SYSTEM SET wal_level = logical", "restart PostgreSQL")),
-        ("max_wal_senders = 0\n", True,
+        ("max_wal_senders = 0\n", None,
          ("max_wal_senders = 0", "ALTER SYSTEM SET max_wal_senders", "restart PostgreSQL")),
-        ("max_replication_slots = 0\n", True,
+        ("max_replication_slots = 0\n", None,
          ("max_replication_slots = 0", "ALTER SYSTEM SET max_replication_slots",
           "restart PostgreSQL")),
-        ("", False,
-         ("cannot open a replication connection", "no pg_hba.conf entry for replication",
-          "host replication", "pg_hba.conf")),
+        ("", HBA_POSTGRES_ONLY,  # a logical replication connection needs the database's line
+         ("cannot connect to PostgreSQL", 'no pg_hba.conf entry for host "127.0.0.1"',
+          'database "other"')),
     ],
     ids=["wal_level", "max_wal_senders", "max_replication_slots", "pg_hba"],
 )
 def test_server_settings_that_prevent_capture_say_how_to_fix_them(
-    stack, cluster, prefix, auto_conf, hba_replication, expected
+    stack, cluster, prefix, auto_conf, hba, expected
 ):
-    configure(cluster, auto_conf, hba_replication)
+    cluster.create_databases(("other",))
+    configure(cluster, auto_conf, hba)
     if auto_conf:
         name, value = auto_conf.strip().split(" = ")
         assert scalar(cluster.dsn(), f"show {name}") == value
-    proc = bottler("capture", "-d", cluster.dsn(), "-s", prefix, "-p", prefix, *services(stack))
+    proc = bottler("capture", "-d", cluster.dsn("other"), "-s", prefix, "-p", prefix,
+                   *services(stack))
     assert_clear_error(proc, *expected, secrets=(cluster.password, password_of(stack.pg_dsn)))
 
 
@@ -487,18 +495,13 @@ def test_bad_input_about_tables_is_refused_clearly(
         (["--output-format", "xml"], ("--output-format", "'avro' or 'json'", "got 'xml'")),
         (["--snapshot-workers", "0"], ("--snapshot-workers", "greater than or equal to 1")),
         (["--slot", "Bad-Name"], ("--slot", "lower-case letters", "got 'Bad-Name'")),
-        pytest.param(
-            ["-C", "novalue"], ("-C", "prop=value", "'novalue'"),
-            marks=pytest.mark.xfail(strict=True, reason="capture/cli.py: _props raises "
-                                    "BottlerError without a hint"),
-        ),
-        pytest.param(
-            ["-C", "no.such.property=1"], ("no.such.property", "-C"),
-            marks=pytest.mark.xfail(strict=True, reason="capture/run.py: AdminClient's "
-                                    "KafkaException for an unknown -C property is a traceback"),
-        ),
+        (["-C", "novalue"], ("-C", "prop=value", "'novalue'")),
+        (["-C", "no.such.property=1"], ("-C", "No such configuration property",
+                                         '"no.such.property"')),
+        (["-C", "linger.ms=soon"], ("-C", "Invalid value", "queue.buffering.max.ms")),
     ],
-    ids=["on-error", "output-format", "snapshot-workers", "slot", "C-novalue", "C-unknown"],
+    ids=["on-error", "output-format", "snapshot-workers", "slot", "C-novalue", "C-unknown",
+         "C-bad-value"],
 )
 def test_invalid_flag_values_fail_clearly(stack, source, prefix, make_role, publication,
                                           passwords, flags, expected):
