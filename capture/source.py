@@ -204,9 +204,18 @@ def key_columns(conn: psycopg.Connection, oid: int, replident: str) -> list[str]
 
 
 def toastable_columns(conn: psycopg.Connection, oid: int) -> list[str]:
+    """Columns whose values can be stored out of line (over ~2 kB): variable-length and not
+    PLAIN, leaving out those too short to get there (varchar(n), char(n) with small n, and
+    numerics with a precision)."""
     return [r[0] for r in conn.execute(
-        "select attname from pg_attribute where attrelid = %s and attnum > 0 "
-        "and not attisdropped and attlen = -1 and attstorage <> 'p' order by attnum",
+        """
+        select a.attname from pg_attribute a join pg_type t on t.oid = a.atttypid
+        where a.attrelid = %s and a.attnum > 0 and not a.attisdropped
+          and a.attlen = -1 and a.attstorage <> 'p'
+          and not (t.typname in ('varchar', 'bpchar') and a.atttypmod between 0 and 504)
+          and not (t.typname = 'numeric' and a.atttypmod >= 0)
+        order by a.attnum
+        """,
         (oid,),
     )]
 
@@ -240,13 +249,13 @@ def check_toast(conn: psycopg.Connection, tables: list[SourceTable], set_full: b
             log.info("%s: set REPLICA IDENTITY FULL", t.qualified)
         else:
             log.warning(
-                "%s: columns %s may be TOASTed and the table has REPLICA IDENTITY %s, so an "
-                "update that leaves them untouched cannot be published complete (it is "
-                "refused by the --on-error policy); run ALTER TABLE %s REPLICA IDENTITY FULL, "
-                "or pass --replica-identity-full",
-                t.qualified, ", ".join(t.toastable),
-                {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX"}[t.replica_identity],
+                "%s: REPLICA IDENTITY %s, and %s can hold values over 2 kB; an update that "
+                "leaves such a value untouched cannot be published complete and follows "
+                "--on-error. Fix: ALTER TABLE %s REPLICA IDENTITY FULL (or pass "
+                "--replica-identity-full)",
                 t.qualified,
+                {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX"}[t.replica_identity],
+                ", ".join(t.toastable), t.qualified,
             )
 
 
