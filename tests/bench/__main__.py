@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from compose.stack import isolated_stack
-from tests.bench import ceilings, data
+from tests.bench import ceilings, data, pyspy
 from tests.bench.latency import latency
-from tests.bench.report import Figure, Target, machine_line, print_report
+from tests.bench.report import Figure, Target, code_line, machine_line, print_report
 from tests.bench.snapshot import snapshot
 from tests.bench.stream import StreamBench
 
@@ -37,9 +38,11 @@ def say(what: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__)
     parser.add_argument("--rows", type=int, default=ROWS, help=f"rows per table [{ROWS:,}]")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="sample the capture with py-spy into DIR (see tests/bench/pyspy.py)")
     args = parser.parse_args(argv)
     rows = args.rows
-    header = [machine_line() + " at the start"]
+    header = [code_line(), machine_line() + " at the start"]
     started = time.monotonic()
     with isolated_stack() as stack:
         ep = stack.endpoints
@@ -61,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
         data.drop_table(ep.pg_dsn, DECODE_TABLE)
         figures += [decode_catch_up, decode_live]
 
-        stream = StreamBench(ep.pg_dsn, ep.kafka, env, STREAM_TABLE, cpu_roots)
+        stream = StreamBench(ep.pg_dsn, ep.kafka, env, STREAM_TABLE, cpu_roots, args.profile)
         try:
             say("capture stream, catch-up")
             figures.append(stream.catch_up(rows, TRANSACTIONS, decode_catch_up))
@@ -77,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
             "capture RSS peak: stream (catch-up, live, latency)", stream.capture.peak_mb, "MB",
             target=Target("<", RSS_TARGET_MB),
             notes=["VmHWM of the `bottler capture` process (the largest of its runs), "
-                   "sampled every 0.25 s"],
+                   f"sampled every 0.25 s; peak PSS {stream.capture.peak_pss_mb:.0f} MB"],
         ))
 
         say("COPY ceiling")
@@ -86,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
         for workers in SNAPSHOT_WORKERS:
             say(f"capture snapshot, {workers} worker(s)")
             figure, capture = snapshot(env, ep.kafka, SNAPSHOT_TABLE, rows, workers, copy,
-                                       cpu_roots)
+                                       cpu_roots, args.profile)
             figures.append(figure)
             figures.append(Figure(
                 f"capture RSS peak: snapshot, {workers} worker(s), main + workers",
@@ -95,12 +98,15 @@ def main(argv: list[str] | None = None) -> None:
                 notes=[f"main process {capture.peak_mb:.0f} MB + "
                        f"{len(capture.worker_peaks)} worker(s) "
                        + " + ".join(f"{kb / 1024:.0f}" for kb in capture.worker_peaks.values())
-                       + " MB (VmHWM of each, summed: shared pages count once per process)"],
+                       + " MB (VmHWM of each, summed: shared pages count once per process); "
+                       f"peak PSS of them together, as sampled: {capture.peak_pss_mb:.0f} MB"],
             ))
         say("broker ceiling")
         figures.append(ceilings.broker_produce(ep.kafka, cpu_roots["broker"]))
     header.append(machine_line() + f" at the end; {time.monotonic() - started:.0f} s in all")
     print_report(figures, header)
+    for summary in pyspy.summaries():
+        print("\n" + summary)
 
 
 if __name__ == "__main__":

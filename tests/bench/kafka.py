@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient
 class TopicWatch:
     def __init__(self, bootstrap: str, topic: str):
         self.topic = topic
-        self._consumer = Consumer({"bootstrap.servers": bootstrap,
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "log_level": 4,
                                    "group.id": f"bench-{uuid.uuid4().hex[:8]}"})
 
     def end(self) -> int:

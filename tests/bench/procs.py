@@ -41,15 +41,24 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def peak_kb(pid: int) -> int:
-    """The process's peak resident set (VmHWM), 0 once it is gone."""
+def _kb(path: str, field: str) -> int:
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(field):
                 return int(line.split()[1])
     except OSError:
         pass
     return 0
+
+
+def peak_kb(pid: int) -> int:
+    """The process's peak resident set (VmHWM), 0 once it is gone."""
+    return _kb(f"/proc/{pid}/status", "VmHWM:")
+
+
+def pss_kb(pid: int) -> int:
+    """The process's proportional set size now: shared pages divided among their users."""
+    return _kb(f"/proc/{pid}/smaps_rollup", "Pss:")
 
 
 def _is_worker(pid: int) -> bool:
@@ -103,6 +112,7 @@ class CaptureProcess:
         self.lines: list[tuple[float, str]] = []
         self.peak_kb = 0  # the capture process itself
         self.worker_peaks: dict[int, int] = {}  # its multiprocessing workers, by pid
+        self.peak_pss_kb = 0  # of the process and its workers together, as sampled
         self._cond = threading.Condition()
         self._proc: subprocess.Popen | None = None
         self.started_at = 0.0
@@ -120,24 +130,27 @@ class CaptureProcess:
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env, text=True,
             errors="replace",
         )
-        threading.Thread(target=self._read, daemon=True).start()
-        threading.Thread(target=self._sample, daemon=True).start()
+        threading.Thread(target=self._read, args=(self._proc,), daemon=True).start()
+        threading.Thread(target=self._sample, args=(self._proc,), daemon=True).start()
         return self
 
-    def _read(self) -> None:
-        for line in self._proc.stdout:
+    def _read(self, proc: subprocess.Popen) -> None:
+        for line in proc.stdout:
             with self._cond:
                 self.lines.append((time.monotonic(), line.rstrip("\n")))
                 self._cond.notify_all()
         with self._cond:
             self._cond.notify_all()
 
-    def _sample(self) -> None:
-        while self._proc.poll() is None:
-            self.peak_kb = max(self.peak_kb, peak_kb(self.pid))
-            for pid in descendants(self.pid):
+    def _sample(self, proc: subprocess.Popen) -> None:
+        while proc.poll() is None:
+            self.peak_kb = max(self.peak_kb, peak_kb(proc.pid))
+            pss = pss_kb(proc.pid)
+            for pid in descendants(proc.pid):
                 if pid in self.worker_peaks or _is_worker(pid):
                     self.worker_peaks[pid] = max(self.worker_peaks.get(pid, 0), peak_kb(pid))
+                    pss += pss_kb(pid)
+            self.peak_pss_kb = max(self.peak_pss_kb, pss)
             time.sleep(SAMPLE_EVERY)
 
     def wait_line(self, pattern: str, timeout: float = 120) -> tuple[float, re.Match]:
@@ -167,6 +180,8 @@ class CaptureProcess:
         raise RuntimeError(f"capture {self.name} {what}; its last lines:\n{tail}")
 
     def stop(self) -> None:
+        if self._proc is None:
+            return
         if self._proc.poll() is None:
             self.peak_kb = max(self.peak_kb, peak_kb(self.pid))
             self._proc.send_signal(signal.SIGTERM)
@@ -182,6 +197,10 @@ class CaptureProcess:
     @property
     def peak_mb(self) -> float:
         return self.peak_kb / 1024
+
+    @property
+    def peak_pss_mb(self) -> float:
+        return self.peak_pss_kb / 1024
 
     @property
     def workers_peak_mb(self) -> float:

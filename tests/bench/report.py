@@ -4,6 +4,7 @@ target where there is one."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from dataclasses import dataclass, field
 
@@ -79,3 +80,19 @@ def print_report(figures: list[Figure], header: list[str] = ()) -> None:
 def machine_line() -> str:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     return f"machine: {os.cpu_count()} CPUs, load average {load}"
+
+
+def code_line() -> str:
+    """The commit measured, and whether the working tree differs from it."""
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], capture_output=True, text=True,
+                                  timeout=10).stdout.strip()
+        except OSError:
+            return ""
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", "capture", "schemas",
+                  "bottler")
+    return f"code: commit {commit}" + (" with uncommitted changes to capture/schemas/bottler"
+                                       if changed else "")

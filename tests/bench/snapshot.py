@@ -4,15 +4,19 @@ log line (written once every row is acknowledged by Kafka), then stopped."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.bench.kafka import TopicWatch, delete_topics
 from tests.bench.procs import CaptureProcess, CpuMeter, running
+from tests.bench.pyspy import sampled
 from tests.bench.report import Figure, Target
 
 DONE = r"snapshot: (\d+) rows .*\(([\d.]+) rows/s\)"
 
 
 def snapshot(env: dict[str, str], bootstrap: str, table: str, rows: int, workers: int,
-             ceiling: Figure, cpu_roots: dict[str, int | None]) -> tuple[Figure, CaptureProcess]:
+             ceiling: Figure, cpu_roots: dict[str, int | None],
+             profile: Path | None = None) -> tuple[Figure, CaptureProcess]:
     name = f"bench_snapshot_w{workers}"
     capture = CaptureProcess(name, env, [
         "--tables", f"public.{table}", "--slot", name, "--topic-prefix", name,
@@ -20,7 +24,8 @@ def snapshot(env: dict[str, str], bootstrap: str, table: str, rows: int, workers
     ])
     with running(capture):
         meter = CpuMeter({**cpu_roots, "capture and its workers": capture.pid}).start()
-        done, match = capture.wait_line(DONE, timeout=600)
+        with sampled(profile, f"snapshot-{workers}-workers", capture.pid, subprocesses=True):
+            done, match = capture.wait_line(DONE, timeout=600)
         cpu = meter.note()
         # Its own figure covers the copy only: no start-up, checks, slot creation.
         copied, own_rate = int(match[1]), float(match[2])

@@ -13,12 +13,15 @@ the capture is stopped and its table topic deleted (see kafka.delete_topics), th
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import psycopg
 
 from tests.bench import data
 from tests.bench.kafka import TopicWatch, delete_topics
+from tests.bench.latency import TOPIC_CONFIG
 from tests.bench.procs import CaptureProcess, CpuMeter
+from tests.bench.pyspy import sampled
 from tests.bench.report import Figure, Target
 
 STREAMING = r"streaming from slot"
@@ -28,29 +31,36 @@ CONFIRM_TIMEOUT = 30  # seconds more for the slot's confirmed position to follow
 
 class StreamBench:
     def __init__(self, dsn: str, bootstrap: str, env: dict[str, str], table: str,
-                 cpu_roots: dict[str, int | None]):
+                 cpu_roots: dict[str, int | None], profile: Path | None = None):
         self.dsn = dsn
         self.bootstrap = bootstrap
         self.table = table
         self.slot = "bench_stream"
         self.capture = CaptureProcess("stream", env, [
             "--tables", f"public.{table}", "--slot", self.slot, "--topic-prefix", "bench",
-            "--snapshot-workers", "1",
+            "--snapshot-workers", "1", *TOPIC_CONFIG,
         ])
         self.topic = f"bench.{table}"
         self.watch = TopicWatch(bootstrap, self.topic)
         self.cpu_roots = cpu_roots
+        self.profile = profile
         self.next_id = 1
+        self.in_topic = 0  # messages in the table topic
 
     def _meter(self) -> CpuMeter:
         return CpuMeter({**self.cpu_roots, "capture": self.capture.pid}).start()
 
     def fresh_topic(self) -> None:
-        """Stop the capture, delete its table topic, resume it: the next rows start at 0."""
+        """Stop the capture, delete its table topic, resume it, and stream one row through it
+        (the topic exists again, the table's codec is built)."""
         self.capture.stop()
         delete_topics(self.bootstrap, self.topic)
         self.capture.start()
         self.capture.wait_line(STREAMING)
+        data.fill(self.dsn, self.table, self.next_id, 1)
+        self.next_id += 1
+        self._in_kafka(1, CpuMeter({}))
+        self.in_topic = 1
 
     def catch_up(self, rows: int, transactions: int, ceiling: Figure) -> Figure:
         data.create_table(self.dsn, self.table)
@@ -61,7 +71,10 @@ class StreamBench:
         self.next_id += rows
         self.capture.start()  # resumes the slot: no snapshot
         started, _ = self.capture.wait_line(STREAMING)
-        in_kafka, confirmed, cpu = self._finish(rows, end, self._meter())
+        with sampled(self.profile, "stream-catch-up", self.capture.pid):
+            in_kafka, cpu = self._in_kafka(rows, self._meter())
+        confirmed = self._confirmed(end)
+        self.in_topic = rows
         elapsed = in_kafka - started
         return Figure(
             "capture stream, catch-up: restart → all rows in Kafka", rows / elapsed, "rows/s",
@@ -75,9 +88,12 @@ class StreamBench:
         """A running capture streams while ``rows`` more are inserted."""
         self.fresh_topic()
         meter = self._meter()
-        committed, end = data.fill(self.dsn, self.table, self.next_id, rows, transactions)
+        with sampled(self.profile, "stream-live", self.capture.pid):
+            committed, end = data.fill(self.dsn, self.table, self.next_id, rows, transactions)
+            in_kafka, cpu = self._in_kafka(self.in_topic + rows, meter)
+        confirmed = self._confirmed(end)
         self.next_id += rows
-        in_kafka, confirmed, cpu = self._finish(rows, end, meter)
+        self.in_topic += rows
         elapsed = in_kafka - committed
         figures = [Figure(
             "capture stream, live: commit → all rows in Kafka", rows / elapsed, "rows/s",
@@ -95,29 +111,26 @@ class StreamBench:
             ))
         return figures
 
-    def _finish(self, expected: int, end_lsn: int,
-                meter: CpuMeter) -> tuple[float, float | None, str]:
-        """When the topic held ``expected`` messages, when the slot confirmed ``end_lsn``
-        (None if not within CONFIRM_TIMEOUT of the former), and the CPU used until the first."""
-        in_kafka = confirmed = None
-        cpu = ""
+    def _in_kafka(self, expected: int, meter: CpuMeter) -> tuple[float, str]:
+        """When the topic held ``expected`` messages, and the CPU used until then."""
         deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            if self.watch.end() >= expected:
+                return time.monotonic(), meter.note()
+            self.capture.check_alive()
+            time.sleep(0.02)
+        raise RuntimeError(f"{self.topic} lacks rows after {TIMEOUT} s")
+
+    def _confirmed(self, end_lsn: int) -> float | None:
+        """When the slot's confirmed_flush_lsn reached ``end_lsn``; None if not within
+        CONFIRM_TIMEOUT."""
+        deadline = time.monotonic() + CONFIRM_TIMEOUT
         with psycopg.connect(self.dsn, autocommit=True) as conn:
-            while confirmed is None and time.monotonic() < deadline:
-                now = time.monotonic()
-                if in_kafka is None and self.watch.end() >= expected:
-                    in_kafka, cpu = now, meter.note()
-                    deadline = now + CONFIRM_TIMEOUT
+            while time.monotonic() < deadline:
                 if (data.confirmed_lsn(conn, self.slot) or 0) >= end_lsn:
-                    confirmed = now
-                    if in_kafka is None:  # all acknowledged since the last look
-                        in_kafka, cpu = now, meter.note()
-                if in_kafka is None:
-                    self.capture.check_alive()
+                    return time.monotonic()
                 time.sleep(0.02)
-        if in_kafka is None:
-            raise RuntimeError(f"{self.topic} lacks rows after {TIMEOUT} s")
-        return in_kafka, confirmed, cpu
+        return None
 
     def close(self) -> None:
         self.capture.stop()
