@@ -15,29 +15,32 @@ from collections import deque
 
 
 class Batch:
-    __slots__ = ("lsn", "pending", "sealed")
+    __slots__ = ("failures", "lsn", "pending", "sealed")
 
-    def __init__(self) -> None:
+    def __init__(self, failures: list) -> None:
         self.lsn = 0  # known once sealed (the commit's end LSN)
-        self.pending = 0
+        self.pending = 0  # messages sent and not yet acknowledged
         self.sealed = False
+        self.failures = failures  # the tracker's: failed deliveries wait there to be handled
+
+    def delivered(self, err, msg) -> None:
+        """confluent-kafka's delivery callback: a bound method, so no closure per message."""
+        if err is None:
+            self.pending -= 1
+        else:
+            self.failures.append((self, err, msg))
 
 
 class AckTracker:
     def __init__(self, confirmed: int = 0):
         self._batches: deque[Batch] = deque()
         self._confirmed = confirmed
+        self.failures: list[tuple[Batch | None, object, object]] = []
 
     def open(self) -> Batch:
-        batch = Batch()
+        batch = Batch(self.failures)
         self._batches.append(batch)
         return batch
-
-    def sent(self, batch: Batch) -> None:
-        batch.pending += 1
-
-    def acked(self, batch: Batch) -> None:
-        batch.pending -= 1
 
     def seal(self, batch: Batch, lsn: int) -> None:
         """The batch is complete: no more messages will be added; confirm ``lsn`` once acked."""

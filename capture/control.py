@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from capture import topics
-from capture.encoding import Registrar, encode_json
+from capture.encoding import encode_json
 from capture.pgoutput import pg_time_to_unix_micros
+from capture.registrar import Registrar
 from schemas import control
 from schemas.serde import AvroEncoder
 

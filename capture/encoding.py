@@ -1,5 +1,8 @@
 """How rows become Kafka keys and values: one codec per table and schema version, built from the
-table's columns, with the schemas registered under `<topic>-key` / `<topic>-value`."""
+table's columns, with the schemas registered under `<topic>-key` / `<topic>-value`.
+
+Snapshot workers import this module: it stays free of the schema-registry client (registrar.py),
+which weighs ~20 MB per process."""
 
 from __future__ import annotations
 
@@ -8,75 +11,17 @@ import decimal
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-from confluent_kafka.schema_registry.error import SchemaRegistryError
-
-from bottler.errors import BottlerError
-from bottler.redact import redact
 from capture.publisher import DataError
 from schemas.avro_schema import record_schemas, row_encoder
 from schemas.pgtypes import Column, TypeConversionError
 from schemas.serde import AvroEncoder
 
+if TYPE_CHECKING:
+    from capture.registrar import Registrar
+
 log = logging.getLogger(__name__)
-
-
-class Registrar:
-    """Registers schemas, once each; an incompatible change is registered anyway, with a warning
-    (the table changed: refusing would stop the capture, not the change)."""
-
-    def __init__(self, url: str):
-        self.url = url
-        self.client = SchemaRegistryClient({"url": url})
-        self._ids: dict[tuple[str, str], int] = {}
-
-    def check(self) -> None:
-        try:
-            self.client.get_subjects()
-        except Exception as exc:  # the client raises requests'/httpx's errors as they are
-            raise BottlerError(
-                f"the schema registry at {redact(self.url)} is unreachable: {redact(str(exc))}",
-                "check --schema-registry (BOTTLER_REGISTRY) and that the registry is up",
-            ) from None
-
-    def register(self, subject: str, schema: dict) -> int:
-        text = json.dumps(schema, separators=(",", ":"))
-        if (subject, text) in self._ids:
-            return self._ids[(subject, text)]
-        try:
-            schema_id = self.client.register_schema(subject, Schema(text, "AVRO"))
-        except SchemaRegistryError as exc:
-            if exc.http_status_code != 409:
-                raise BottlerError(
-                    f"the schema registry refused the schema of {subject}: {exc.error_message}"
-                ) from None
-            schema_id = self._register_incompatible(subject, text, exc.error_message)
-        except Exception as exc:
-            raise BottlerError(
-                f"cannot register {subject} with the schema registry at {redact(self.url)}: "
-                f"{redact(str(exc))}",
-                "check that the registry is up; capture resumes where it stopped",
-            ) from None
-        self._ids[(subject, text)] = schema_id
-        return schema_id
-
-    def _register_incompatible(self, subject: str, text: str, reason: str) -> int:
-        log.warning("%s: the new schema is not compatible with the previous version (%s); "
-                    "registering it as a new version with compatibility NONE", subject, reason)
-        try:
-            previous = self.client.get_compatibility(subject)
-        except SchemaRegistryError:
-            previous = None  # the subject follows the global level
-        self.client.set_compatibility(subject, "NONE")
-        try:
-            return self.client.register_schema(subject, Schema(text, "AVRO"))
-        finally:
-            if previous:
-                self.client.set_compatibility(subject, previous)
-            else:
-                self.client.delete_config(subject)
 
 
 @dataclass(frozen=True)

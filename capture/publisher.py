@@ -20,7 +20,7 @@ BASE_CONFIG = {
     "linger.ms": 5,
     "compression.type": "lz4",
     "queue.buffering.max.messages": 500_000,
-    "queue.buffering.max.kbytes": 512 * 1024,
+    "queue.buffering.max.kbytes": 64 * 1024,  # what may wait unacknowledged: bounds memory
 }
 
 
@@ -29,67 +29,57 @@ class DataError(Exception):
 
 
 class Publisher:
+    """Sends messages; with ``track`` each one counts in its batch until Kafka acknowledges it,
+    without (the snapshot's copies, which count once flush() returns) only failures report."""
+
     def __init__(
         self,
         bootstrap: str,
         extra_config: dict[str, str] | None = None,
-        tracker: AckTracker | None = None,
         on_data_error: Callable[[DataError], None] | None = None,
+        track: bool = True,
     ):
         self.bootstrap = bootstrap
-        self.tracker = tracker or AckTracker()
+        self.tracker = AckTracker()
         self._on_data_error = on_data_error or _raise
         self._fatal: BottlerError | None = None
+        untracked = {} if track else {
+            "delivery.report.only.error": True, "on_delivery": self._untracked_failure,
+        }
         self._producer = Producer({
             **BASE_CONFIG, "bootstrap.servers": bootstrap, **(extra_config or {}),
-            "error_cb": self._client_error,
+            **untracked, "error_cb": self._client_error,
         })
 
-    def send(self, topic: str, key: bytes | None, value: bytes | None, batch: Batch) -> None:
-        tracker = self.tracker
-
-        def delivered(err: KafkaError | None, _msg) -> None:
-            if err is None:
-                tracker.acked(batch)
-                return
-            if err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
-                if not self._skip(_too_large(topic, len(value or b"") + len(key or b""))):
-                    return  # never acked: nothing past it is confirmed
-            else:
-                # Any other failure after the producer's own retries: stop, and let the restart
-                # resend from the last confirmed WAL position (nothing is confirmed past this).
-                self._fatal = BottlerError(
-                    f"Kafka did not accept a message for {topic}: {err.str()}",
-                    "check the broker; capture resumes from the last confirmed position",
-                )
-                return
-            tracker.acked(batch)
-
-        tracker.sent(batch)
+    def send(self, topic: str, key: bytes | None, value: bytes | None,
+             batch: Batch | None = None) -> None:
+        if batch is not None:
+            batch.pending += 1
         while True:
             try:
-                self._producer.produce(topic, value=value, key=key, on_delivery=delivered)
-                break
+                if batch is None:
+                    self._producer.produce(topic, value, key)
+                else:
+                    self._producer.produce(topic, value, key, on_delivery=batch.delivered)
+                return
             except BufferError:
-                self._producer.poll(0.05)  # local queue full: let deliveries drain
+                self._producer.poll(0.05)  # the local queue is full: let deliveries drain
             except KafkaException as exc:
-                if exc.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE and self._skip(
-                    _too_large(topic, len(value or b"") + len(key or b""))
-                ):
-                    tracker.acked(batch)
-                    return
-                self.raise_if_failed()
-                raise BottlerError(f"cannot produce to {topic}: {exc.args[0].str()}") from None
-        self.raise_if_failed()
+                if batch is not None:
+                    batch.pending -= 1
+                if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
+                    raise BottlerError(f"cannot produce to {topic}: {exc.args[0].str()}") from None
+                self.data_error(_too_large(topic, len(value or b"") + len(key or b"")))
+                return
 
     def poll(self, timeout: float = 0) -> None:
         self._producer.poll(timeout)
-        self.raise_if_failed()
+        self._handle_failures()
 
     def flush(self, timeout: float = 60) -> None:
         """Wait until everything sent is acknowledged; raise if it could not be."""
         remaining = self._producer.flush(timeout)
-        self.raise_if_failed()
+        self._handle_failures()
         if remaining:
             raise BottlerError(
                 f"{remaining} messages were not acknowledged by {self.bootstrap} "
@@ -97,23 +87,35 @@ class Publisher:
                 "check that the broker is up; capture resumes from the last confirmed position",
             )
 
-    def raise_if_failed(self) -> None:
+    def data_error(self, error: DataError) -> None:
+        """A row that cannot be published: skip it (--on-error=log) or raise."""
+        self._on_data_error(error)
+
+    def _handle_failures(self) -> None:
+        failures = self.tracker.failures
+        while failures and self._fatal is None:
+            batch, err, msg = failures.pop(0)
+            if err.code() != KafkaError.MSG_SIZE_TOO_LARGE:
+                # Any other failure after the producer's own retries: stop, and let the restart
+                # resend from the last confirmed WAL position (nothing is confirmed past this).
+                self._fatal = BottlerError(
+                    f"Kafka did not accept a message for {msg.topic()}: {err.str()}",
+                    "check the broker; capture resumes from the last confirmed position",
+                )
+                break
+            size = len(msg.value() or b"") + len(msg.key() or b"")
+            try:
+                self.data_error(_too_large(msg.topic(), size))
+            except BottlerError as exc:
+                self._fatal = exc  # never acked: nothing past it is confirmed
+                break
+            if batch is not None:
+                batch.pending -= 1  # skipped, by policy
         if self._fatal:
             raise self._fatal
 
-    def data_error(self, error: DataError) -> None:
-        """A row that cannot be published: skip it (--on-error=log) or raise."""
-        if not self._skip(error):
-            self.raise_if_failed()
-
-    def _skip(self, error: DataError) -> bool:
-        """Apply the --on-error policy: True if the message is skipped, False if fatal."""
-        try:
-            self._on_data_error(error)
-            return True
-        except BottlerError as exc:
-            self._fatal = exc
-            return False
+    def _untracked_failure(self, err, msg) -> None:
+        self.tracker.failures.append((None, err, msg))
 
     def _client_error(self, err: KafkaError) -> None:
         if err.fatal():

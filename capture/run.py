@@ -10,11 +10,11 @@ from confluent_kafka.admin import AdminClient
 
 from bottler.errors import BottlerError
 from bottler.redact import redact
-from capture import metrics, snapshot, source, state, topics
+from capture import gctune, metrics, snapshot, source, state, topics
 from capture.control import ControlEvents
-from capture.encoding import Registrar
 from capture.pgoutput import lsn_to_str
 from capture.publisher import DataError, Publisher
+from capture.registrar import Registrar
 from capture.settings import CaptureSettings
 from capture.slot import create_slot, drop_slot, slot_exists
 from capture.stream import Streamer
@@ -70,6 +70,7 @@ def run_capture(settings: CaptureSettings, stop: threading.Event | None = None) 
         heartbeats=catalog, heartbeat_interval=s.heartbeat_interval,
         transaction_topic=s.transaction_topic,
     )
+    gctune.tune()
     streamer.run(stop)
     log.info("capture stopped; confirmed up to %s", lsn_to_str(streamer.tracker.confirmed()))
 

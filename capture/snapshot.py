@@ -24,7 +24,7 @@ from rich.progress import (
 from rich.text import Text
 
 from bottler.errors import BottlerError
-from capture import metrics
+from capture import gctune, metrics
 from capture.encoding import CodecSpec
 from capture.publisher import DataError, Publisher
 from capture.source import SourceTable, session_connect
@@ -144,14 +144,14 @@ def _init_worker(dsn, snapshot, producer_config, on_error, progress_q) -> None:
 
     _worker.update(
         dsn=dsn, snapshot=snapshot, progress=progress_q,
-        publisher=Publisher(on_data_error=on_data_error, **producer_config),
+        publisher=Publisher(on_data_error=on_data_error, track=False, **producer_config),
     )
+    gctune.tune()
 
 
 def _copy_chunk(chunk: Chunk) -> int:
     publisher: Publisher = _worker["publisher"]
     codec = chunk.spec.codec()
-    batch = publisher.tracker.open()
     rows = reported = 0
     with session_connect(_worker["dsn"]) as conn:
         conn.execute("begin isolation level repeatable read read only")
@@ -164,7 +164,7 @@ def _copy_chunk(chunk: Chunk) -> int:
                 except DataError as error:
                     publisher.data_error(error)  # raises unless --on-error=log
                     continue
-                publisher.send(codec.topic, key, value, batch)
+                publisher.send(codec.topic, key, value)
                 rows += 1
                 if rows - reported >= PROGRESS_EVERY:
                     publisher.poll(0)

@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_PREFIX = "bottler.heartbeat"
 FEEDBACK_EVERY = 2000  # messages between Kafka polls / feedback while busy
+FEEDBACK_INTERVAL = 1.0  # seconds: the slow path to the server for a confirmed position
 
 
 class Streamer:
@@ -52,7 +53,8 @@ class Streamer:
         self.heartbeat_interval = heartbeat_interval
         self.transaction_topic = transaction_topic
         self._skipped_relations: set[int] = set()  # unkeyed tables under --on-error=log
-        self._counters: dict[tuple[str, str], object] = {}
+        self._counts: dict[tuple[str, str], int] = {}
+        self._feedback_at = 0.0
         self._batch = None
         self._begin: pgoutput.Begin | None = None
         self._last_heartbeat = 0.0
@@ -92,21 +94,24 @@ class Streamer:
                 self._maybe_heartbeat()
                 select.select([conn], [], [], 0.1)
             self.publisher.flush()
-            self._feedback(cur)
+            self._feedback(cur, force=True)
         finally:
             conn.close()
 
     # -- feedback --------------------------------------------------------------------------
-    def _feedback(self, cur) -> None:
+    def _feedback(self, cur, force: bool = False) -> None:
         if self._batch is None:
             # Outside a transaction everything read is handled, and wal_end is the position
             # up to which the server has sent WAL (a keepalive's): an idle slot advances past
             # other databases' WAL, so retained WAL stays bounded.
             self.tracker.idle_at(cur.wal_end)
         confirmed = self.tracker.confirmed()
-        if confirmed != self._confirmed_sent:
-            cur.send_feedback(flush_lsn=confirmed, write_lsn=confirmed)
-            self._confirmed_sent = confirmed
+        now = time.monotonic()
+        due = force or now - self._feedback_at >= FEEDBACK_INTERVAL
+        if confirmed != self._confirmed_sent and due:
+            # force: psycopg2 would otherwise wait for its status interval (10 s) to send it
+            cur.send_feedback(flush_lsn=confirmed, write_lsn=confirmed, force=True)
+            self._confirmed_sent, self._feedback_at = confirmed, now
             metrics.CONFIRMED_LSN.set(confirmed)
         metrics.IN_FLIGHT.set(self.tracker.in_flight)
         metrics.LAG_BYTES.set(max(cur.wal_end - confirmed, 0))
@@ -147,6 +152,7 @@ class Streamer:
                                                     m.commit_time))
             self.tracker.seal(self._batch, m.end_lsn)
             self._batch = None
+            self._publish_counts()
         elif kind is pgoutput.Relation:
             self._relation(m)
         elif kind is pgoutput.Truncate:
@@ -198,10 +204,13 @@ class Streamer:
         self._change(m.relation_oid, new, new, "update")
 
     def _count(self, table: str, op: str) -> None:
-        counter = self._counters.get((table, op))
-        if counter is None:  # labels() is a locked dict look-up: keep the children
-            counter = self._counters[(table, op)] = metrics.EVENTS.labels(table, op)
-        counter.inc()
+        # Counted here and added to the metric once per transaction: the metric takes a lock.
+        self._counts[(table, op)] = self._counts.get((table, op), 0) + 1
+
+    def _publish_counts(self) -> None:
+        for (table, op), n in self._counts.items():
+            metrics.EVENTS.labels(table, op).inc(n)
+        self._counts.clear()
 
     def _truncate(self, m: pgoutput.Truncate) -> None:
         self.publisher.flush()  # so the topics' end offsets include every earlier change
@@ -216,6 +225,7 @@ class Streamer:
             )
             self._send(self.control.truncate_topic, codec.topic.encode(), event)
             self._count(codec.qualified, "truncate")
+        self._publish_counts()
 
     def _message(self, m: pgoutput.Message) -> None:
         if m.prefix != HEARTBEAT_PREFIX:

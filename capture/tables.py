@@ -10,7 +10,8 @@ from confluent_kafka.admin import AdminClient
 
 from bottler.errors import BottlerError
 from capture import pgoutput, topics
-from capture.encoding import CodecSpec, Registrar, TableCodec, make_spec
+from capture.encoding import CodecSpec, TableCodec, make_spec
+from capture.registrar import Registrar
 from capture.source import SourceTable, key_columns
 from capture.typecatalog import load_columns, load_type
 from schemas.pgtypes import Column

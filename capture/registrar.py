@@ -1,0 +1,70 @@
+"""Registering schemas with the schema registry, once each."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+from bottler.errors import BottlerError
+from bottler.redact import redact
+
+log = logging.getLogger(__name__)
+
+
+class Registrar:
+    """Registers schemas, once each; an incompatible change is registered anyway, with a warning
+    (the table changed: refusing would stop the capture, not the change)."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.client = SchemaRegistryClient({"url": url})
+        self._ids: dict[tuple[str, str], int] = {}
+
+    def check(self) -> None:
+        try:
+            self.client.get_subjects()
+        except Exception as exc:  # the client raises requests'/httpx's errors as they are
+            raise BottlerError(
+                f"the schema registry at {redact(self.url)} is unreachable: {redact(str(exc))}",
+                "check --schema-registry (BOTTLER_REGISTRY) and that the registry is up",
+            ) from None
+
+    def register(self, subject: str, schema: dict) -> int:
+        text = json.dumps(schema, separators=(",", ":"))
+        if (subject, text) in self._ids:
+            return self._ids[(subject, text)]
+        try:
+            schema_id = self.client.register_schema(subject, Schema(text, "AVRO"))
+        except SchemaRegistryError as exc:
+            if exc.http_status_code != 409:
+                raise BottlerError(
+                    f"the schema registry refused the schema of {subject}: {exc.error_message}"
+                ) from None
+            schema_id = self._register_incompatible(subject, text, exc.error_message)
+        except Exception as exc:
+            raise BottlerError(
+                f"cannot register {subject} with the schema registry at {redact(self.url)}: "
+                f"{redact(str(exc))}",
+                "check that the registry is up; capture resumes where it stopped",
+            ) from None
+        self._ids[(subject, text)] = schema_id
+        return schema_id
+
+    def _register_incompatible(self, subject: str, text: str, reason: str) -> int:
+        log.warning("%s: the new schema is not compatible with the previous version (%s); "
+                    "registering it as a new version with compatibility NONE", subject, reason)
+        try:
+            previous = self.client.get_compatibility(subject)
+        except SchemaRegistryError:
+            previous = None  # the subject follows the global level
+        self.client.set_compatibility(subject, "NONE")
+        try:
+            return self.client.register_schema(subject, Schema(text, "AVRO"))
+        finally:
+            if previous:
+                self.client.set_compatibility(subject, previous)
+            else:
+                self.client.delete_config(subject)
