@@ -82,13 +82,13 @@ class TableCodec:
             return None
         try:
             return self._encode_key(self._key_record(values))
-        except (TypeConversionError, ValueError) as exc:
+        except (TypeConversionError, ValueError, TypeError) as exc:
             raise DataError(f"{self.qualified}: cannot encode the key: {exc}") from None
 
     def value(self, values) -> bytes:
         try:
             return self._encode_value(self._value_record(values))
-        except (TypeConversionError, ValueError) as exc:
+        except (TypeConversionError, ValueError, TypeError) as exc:
             raise DataError(f"{self.qualified}: cannot encode a row: {exc}") from None
 
 
