@@ -321,7 +321,6 @@ _unpack_begin = struct.Struct("!QqI").unpack_from
 _unpack_commit = struct.Struct("!BQQq").unpack_from
 _unpack_u32_u8 = struct.Struct("!IB").unpack_from
 _unpack_kind_len = struct.Struct("!BI").unpack_from
-_unpack_u32_u8_u16 = struct.Struct("!IBH").unpack_from
 _unpack_u8_u16 = struct.Struct("!BH").unpack_from
 _unpack_u32_i32 = struct.Struct("!Ii").unpack_from
 _unpack_u8_u64 = struct.Struct("!BQ").unpack_from
@@ -405,42 +404,15 @@ def _describe(data: bytes, what: str) -> str:
 
 
 def _insert(data: bytes, off: int = 1) -> Insert:
-    oid, marker, n = _unpack_u32_u8_u16(data, off)
+    oid, marker = _unpack_u32_u8(data, off)
     if marker != _NEW:
         raise ProtocolError(_describe(data, f"insert without 'N' (got {bytes([marker])!r}) in"))
-    # The tuple loop, inlined: this is the hottest path of the capture.
-    off += 7
-    values = [None] * n
-    for i in range(n):
-        try:  # kind and length in one call; 'n' and 'u' have no length and may end the data
-            kind, size = _unpack_kind_len(data, off)
-        except struct.error:
-            kind = data[off]
-            size = 0
-        if kind == _T:
-            off += 5
-            end = off + size
-            values[i] = data[off:end].decode()
-            off = end
-        elif kind == _N:
-            off += 1
-        elif kind == _U:
-            values[i] = UNCHANGED
-            off += 1
-        elif kind == _B:
-            off += 5
-            end = off + size
-            values[i] = data[off:end]
-            off = end
-        else:
-            raise ProtocolError(
-                f"unknown tuple data kind {bytes([kind])!r} for column {i} at offset {off}"
-            )
+    new, off = _read_tuple(data, off + 5)
     if off != len(data):
         _check_end(data, off)
     msg = _new(Insert)
     _set_insert_oid(msg, oid)
-    _set_insert_new(msg, tuple(values))
+    _set_insert_new(msg, new)
     return msg
 
 
