@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from capture import topics
 from capture.encoding import encode_json
 from capture.pgoutput import pg_time_to_unix_micros
 from capture.registrar import Registrar
 from schemas import control
 from schemas.serde import AvroEncoder
+from schemas.topics import HEARTBEAT, TRANSACTIONS, TRUNCATE, with_prefix
 
 
 class ControlEvents:
     def __init__(self, prefix: str, fmt: str, registrar: Registrar | None):
-        self.truncate_topic = topics.with_prefix(prefix, topics.TRUNCATE)
-        self.transactions_topic = topics.with_prefix(prefix, topics.TRANSACTIONS)
-        self.heartbeat_topic = topics.with_prefix(prefix, topics.HEARTBEAT)
+        self.truncate_topic = with_prefix(prefix, TRUNCATE)
+        self.transactions_topic = with_prefix(prefix, TRANSACTIONS)
+        self.heartbeat_topic = with_prefix(prefix, HEARTBEAT)
         self._encode = {}
         for topic, schema in (
             (self.truncate_topic, control.TRUNCATE),

@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from bottler.errors import BottlerError
 from capture import topics
+from schemas.topics import STATE, with_prefix
 
 SNAPSHOT_STARTED = "started"
 SNAPSHOT_COMPLETE = "complete"
@@ -20,7 +21,7 @@ SNAPSHOT_SKIPPED = "skipped"
 class CaptureState:
     def __init__(self, bootstrap: str, prefix: str, extra_config: dict[str, str] | None = None):
         self.bootstrap = bootstrap
-        self.topic = topics.with_prefix(prefix, topics.STATE)
+        self.topic = with_prefix(prefix, STATE)
         self.extra = extra_config or {}
 
     def read(self, slot: str) -> dict | None:

@@ -15,6 +15,7 @@ from capture.registrar import Registrar
 from capture.source import SourceTable, key_columns
 from capture.typecatalog import load_columns, load_type
 from schemas.pgtypes import Column
+from schemas.topics import table_topic
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ class Tables:
                 f"table {schema}.{name} has no primary key or replica-identity index",
                 "add a primary key, or pass --allow-unkeyed",
             )
-        topic = topics.table_topic(self.prefix, schema, name)
+        topic = table_topic(self.prefix, schema, name)
         if oid not in self._codecs:
             if key:
                 topics.ensure_topics(self.admin, [topic], config=self.topic_config)

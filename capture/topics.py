@@ -1,8 +1,8 @@
-"""Topic names and topic creation.
+"""Topic creation (names: schemas/topics.py).
 
-Table topics are `[prefix.][schema.]table`, the schema omitted for `public` (Bottled Water's rule),
-compacted (an unkeyed table's topic cannot be: Kafka refuses keyless messages there, so it keeps
-every message instead). Control events a compacted topic cannot hold go to non-compacted topics:
+Table topics are compacted (an unkeyed table's topic cannot be: Kafka refuses keyless messages
+there, so it keeps every message instead). Control events a compacted topic cannot hold go to
+non-compacted topics:
 
 | topic | what |
 |---|---|
@@ -20,20 +20,6 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from bottler.errors import BottlerError
-
-TRUNCATE = "_bottler.truncate"
-TRANSACTIONS = "_bottler.transactions"
-HEARTBEAT = "_bottler.heartbeat"
-STATE = "_bottler.capture"
-
-
-def with_prefix(prefix: str, name: str) -> str:
-    return f"{prefix}.{name}" if prefix else name
-
-
-def table_topic(prefix: str, schema: str, table: str) -> str:
-    name = table if schema == "public" else f"{schema}.{table}"
-    return with_prefix(prefix, name)
 
 
 def ensure_topics(

@@ -1,0 +1,79 @@
+"""Decoding Confluent-framed Avro through the schema registry, with a schema cache by id."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import fastavro
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+from schemas.avro_schema import without_logical_types
+from schemas.serde import split
+
+
+class DecodeError(Exception):
+    """A message that cannot be decoded: not in the wire format, an id the registry does not
+    know, a body that does not match its schema. A poison message, never a transient failure
+    (an unreachable registry raises the registry's own error instead)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WriterSchema:
+    id: int
+    schema: dict[str, Any]  # the registered schema (parsed JSON, pg.* attributes kept)
+    parsed: Any  # fastavro's parsed form, without date/time logical types
+
+
+class Decoder:
+    """Decodes message keys and values. Schemas are fetched once per id and kept."""
+
+    def __init__(self, registry: str | SchemaRegistryClient):
+        self.registry = (
+            SchemaRegistryClient({"url": registry}) if isinstance(registry, str) else registry
+        )
+        self._schemas: dict[int, WriterSchema] = {}
+
+    def schema(self, schema_id: int) -> WriterSchema:
+        cached = self._schemas.get(schema_id)
+        if cached is not None:
+            return cached
+        try:
+            registered = self.registry.get_schema(schema_id)
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:
+                raise DecodeError(f"schema id {schema_id} is not in the registry") from None
+            raise
+        if registered.schema_type not in (None, "AVRO"):
+            raise DecodeError(f"schema id {schema_id} is {registered.schema_type}, not Avro")
+        try:
+            schema = json.loads(registered.schema_str)
+            parsed = fastavro.parse_schema(without_logical_types(schema))
+        except (ValueError, fastavro.schema.SchemaParseException) as exc:
+            raise DecodeError(f"schema id {schema_id} is not a valid Avro schema: {exc}") from None
+        writer = WriterSchema(schema_id, schema if isinstance(schema, dict) else {}, parsed)
+        self._schemas[schema_id] = writer
+        return writer
+
+    def decode(self, data: bytes) -> tuple[WriterSchema, Any]:
+        """(writer schema, decoded datum) of one framed message."""
+        try:
+            schema_id, body = split(data)
+        except ValueError as exc:
+            raise DecodeError(str(exc)) from None
+        writer = self.schema(schema_id)
+        buffer = io.BytesIO(body)
+        try:
+            datum = fastavro.schemaless_reader(buffer, writer.parsed, None)
+        except Exception as exc:  # noqa: BLE001 - any failure of the body is a poison message
+            raise DecodeError(
+                f"the body does not match schema id {schema_id}: {type(exc).__name__}: {exc}"
+            ) from None
+        if buffer.tell() != len(body):
+            raise DecodeError(
+                f"{len(body) - buffer.tell()} bytes left after decoding with schema id {schema_id}"
+            )
+        return writer, datum

@@ -1,0 +1,446 @@
+"""The consumer loop every materializer runs: topics → decoded changes → sink → commit.
+
+Per batch: consume up to ``batch_size`` messages (or what arrives within ``batch_timeout``),
+decode them, ``sink.write(changes, offsets)``, ``sink.flush()``, and only then commit the
+consumer offsets. A failed write or flush raises out of :meth:`Materializer.run` with nothing
+committed: the next run replays the batch (sinks are idempotent).
+
+Truncates are barriers. A truncate event names a table topic and that topic's end offset per
+partition at the truncate; every message of the topic before those offsets is void. When the
+loop meets the event it appends a ``truncate`` change, then moves each of the topic's partitions
+to its barrier offset: a partition not yet there skips the void messages; a partition already
+past it (its later messages were applied before the event was read: the topics are consumed
+independently) is rewound to the barrier and its later messages are applied again after the
+truncate. The moved positions are part of the batch's offsets, so a restart resumes from them.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from bottler.errors import BottlerError
+from materializers.core import metrics
+from materializers.core.changes import Change, TableId, TopicPartition, table_of
+from materializers.core.decode import DecodeError, Decoder
+from materializers.core.lag import LagTracker
+from materializers.core.sink import Offsets, RejectedChange, Sink
+from schemas.topics import CONTROL, DEAD_LETTER, TRUNCATE, with_prefix
+
+log = logging.getLogger(__name__)
+
+PoisonPolicy = Literal["dead-letter", "stop"]
+
+
+class PoisonMessage(BottlerError):
+    """A message that cannot be applied (undecodable, or rejected by the sink) under
+    ``on_poison="stop"``."""
+
+    def __init__(self, topic: str, partition: int, offset: int, reason: str):
+        super().__init__(
+            f"cannot apply {topic}[{partition}]@{offset}: {reason}",
+            "fix the target or the message, or run with on_poison=dead-letter to set it aside",
+        )
+        self.topic, self.partition, self.offset, self.reason = topic, partition, offset, reason
+
+
+class Materializer:
+    """Feeds a :class:`~materializers.core.sink.Sink` from table topics.
+
+    Subscribes to ``topics`` (a list of table topics) or, without it, to every topic under
+    ``prefix`` (the capture's ``--topic-prefix``; regex ``^<prefix>\\..*``, or ``pattern`` to
+    give the regex yourself), plus the prefix's ``_bottler.truncate`` control topic. Other
+    ``_bottler.*`` topics are never assigned. Assumes it is the only member of its consumer
+    group ``group_id`` (a truncate moves every partition of its table topic).
+
+    ``on_poison``: ``"dead-letter"`` sends an undecodable message, or one the sink rejects with
+    :class:`RejectedChange`, to ``<prefix>._bottler.dead-letter`` (original key and value, the
+    reason in headers) and goes on; ``"stop"`` raises :class:`PoisonMessage`.
+    """
+
+    def __init__(
+        self,
+        sink: Sink,
+        *,
+        bootstrap: str,
+        registry: str | SchemaRegistryClient,
+        group_id: str,
+        topics: Sequence[str] | None = None,
+        prefix: str = "",
+        pattern: str | None = None,
+        on_poison: PoisonPolicy = "dead-letter",
+        batch_size: int = 5000,
+        batch_timeout: float = 0.5,
+        watermark_interval: float = 1.0,
+        progress: bool | None = None,
+        consumer_config: dict[str, Any] | None = None,
+        name: str | None = None,
+    ):
+        if on_poison not in ("dead-letter", "stop"):
+            raise ValueError(f"on_poison must be 'dead-letter' or 'stop', not {on_poison!r}")
+        self.sink = sink
+        self.bootstrap = bootstrap
+        self.group_id = group_id
+        self.on_poison = on_poison
+        self.batch_size = batch_size
+        self.batch_timeout = batch_timeout
+        self.watermark_interval = watermark_interval
+        self.name = name or group_id
+        self.prefix = prefix
+        self.truncate_topic = with_prefix(prefix, TRUNCATE)
+        self.dead_letter_topic = with_prefix(prefix, DEAD_LETTER)
+        self._control = with_prefix(prefix, CONTROL)
+        self.topics = list(topics) if topics is not None else None
+        if self.topics is not None:
+            self._subscription = [*self.topics, self.truncate_topic]
+            self._regex = None
+        else:
+            if pattern is None:
+                pattern = f"^{re.escape(prefix)}\\..*" if prefix else "^[^_].*"
+            self._subscription = [pattern, self.truncate_topic]
+            self._regex = re.compile(pattern)
+        self._consumer_config = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+            "topic.metadata.refresh.interval.ms": 5000,
+            **(consumer_config or {}),
+        }
+        self.decoder = Decoder(registry)
+        self.tracker = LagTracker(self.name)
+        self.progress = sys.stderr.isatty() if progress is None else progress
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
+        self._dead_letter_errors: list[str] = []
+        self._position: dict[TopicPartition, int] = {}
+        self._assigned: set[TopicPartition] = set()
+        self._rebuilding = False
+        self._closing = False
+        self._next_watermarks = 0.0
+        self._bar: Any = None
+
+    # -- public API ---------------------------------------------------------------------
+
+    @property
+    def caught_up(self) -> threading.Event:
+        """Set once every assigned partition reached its high watermark (see LagTracker)."""
+        return self.tracker.caught_up
+
+    def lag(self) -> dict[TopicPartition, int | None]:
+        """``(topic, partition) -> messages behind the high watermark`` (None: not yet known),
+        for the assigned partitions; after a run, as last seen by it."""
+        return self.tracker.lag()
+
+    def is_table_topic(self, topic: str) -> bool:
+        if self.topics is not None:
+            return topic in self.topics
+        if topic.startswith(self._control) or (not self.prefix and topic.startswith("_")):
+            return False
+        return self._regex is not None and self._regex.match(topic) is not None
+
+    def run(self, stop_event: threading.Event | None = None) -> None:
+        """Process batches until ``stop_event`` is set; the consumer is closed at the end (the
+        sink is not: its owner closes it)."""
+        self._open()
+        try:
+            while stop_event is None or not stop_event.is_set():
+                self.step()
+        finally:
+            self._close()
+
+    def run_until_caught_up(self, timeout: float | None = None) -> None:
+        """Process until :attr:`caught_up` is set, then close the consumer and return.
+        TimeoutError after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._open()
+        try:
+            while not self.caught_up.is_set():
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"not caught up after {timeout}s: lag {self.lag()}")
+                self.step()
+        finally:
+            self._close()
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def _open(self) -> None:
+        self.tracker.revoke(self.tracker.partitions)  # lag() keeps its last value until here
+        self.caught_up.clear()
+        self._consumer = Consumer(self._consumer_config)
+        self._consumer.subscribe(
+            self._subscription, on_assign=self._on_assign, on_revoke=self._on_revoke,
+            on_lost=self._on_revoke,
+        )
+
+    def _close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+        if self._producer is not None:
+            self._producer.flush(10)
+            self._producer = None
+        if self._consumer is not None:
+            self._closing = True  # close() revokes: keep the last lag for lag()
+            try:
+                self._consumer.close()
+            finally:
+                self._consumer = None
+                self._closing = False
+        self._assigned.clear()
+
+    def _on_assign(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
+        wanted = [
+            tp for tp in partitions
+            if tp.topic == self.truncate_topic or self.is_table_topic(tp.topic)
+        ]
+        keys = [(tp.topic, tp.partition) for tp in wanted]
+        stored = self.sink.stored_offsets(keys) if keys else {}
+        if stored is None:
+            committed = consumer.committed(wanted, timeout=30) if wanted else []
+            start = {(c.topic, c.partition): max(c.offset, 0) for c in committed}
+        else:
+            start = {k: stored.get(k, 0) for k in keys}
+        for tp in wanted:
+            tp.offset = start[(tp.topic, tp.partition)]
+        consumer.assign(wanted)
+        self._assigned = set(keys)
+        self._position.update(start)
+        self.tracker.assign(start)
+        self._rebuilding = bool(start) and not any(start.values())
+        self._next_watermarks = 0.0
+        log.info("%s: assigned %d partitions%s", self.name, len(keys),
+                 " (rebuilding from offset 0)" if self._rebuilding else "")
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        if not self._closing:
+            self.tracker.revoke(keys)
+        self._assigned.difference_update(keys)
+
+    def step(self) -> None:
+        """One batch: consume, decode, write, flush, commit; then refresh lag."""
+        assert self._consumer is not None, "run() opens the consumer"
+        messages = self._consumer.consume(self.batch_size, self.batch_timeout)
+        self._process(messages)
+        self._refresh_watermarks(force=len(messages) < self.batch_size)
+        self.tracker.check()
+        self._show_progress()
+
+    def _process(self, messages: list[Message]) -> None:
+        changes: list[Change] = []
+        sources: dict[int, Message] = {}  # id(change) -> its message, for dead letters
+        moved: dict[TopicPartition, int] = {}  # positions this batch brings partitions to
+        stale: set[TopicPartition] = set()  # rewound: later messages of this list are stale
+
+        def position(tp: TopicPartition) -> int | None:
+            return moved.get(tp, self._position.get(tp))
+
+        for msg in messages:
+            error = msg.error()
+            if error is not None:
+                self._kafka_error(error)
+                continue
+            tp = (msg.topic(), msg.partition())
+            offset = msg.offset()
+            current = position(tp)
+            if tp in stale or (current is not None and offset < current):
+                continue  # void (before a truncate's barrier) or refetched after a rewind
+            moved[tp] = offset + 1
+            if tp[0] == self.truncate_topic:
+                change = self._truncate(msg, position, moved, stale)
+            else:
+                change = self._change(msg)
+            if change is not None:
+                changes.append(change)
+                sources[id(change)] = msg
+        if not moved:
+            return
+        self._apply(changes, moved, sources)
+        for tp, offset in moved.items():
+            self._position[tp] = offset
+            self.tracker.advance(tp, offset)
+
+    def _change(self, msg: Message) -> Change | None:
+        key, value = msg.key(), msg.value()
+        try:
+            kschema, kdatum = self.decoder.decode(key) if key is not None else (None, None)
+            vschema, vdatum = self.decoder.decode(value) if value is not None else (None, None)
+            if kschema is None and vschema is None:
+                raise DecodeError("a message with neither key nor value")
+            for datum in (kdatum, vdatum):
+                if datum is not None and not isinstance(datum, dict):
+                    raise DecodeError(f"not an Avro record: {type(datum).__name__}")
+        except DecodeError as exc:
+            self._poison(msg, str(exc), "DecodeError")
+            return None
+        writer = vschema if vschema is not None else kschema
+        return Change(
+            topic=msg.topic(), table=table_of(writer.schema),
+            op="upsert" if vdatum is not None else "delete",
+            key=kdatum, value=vdatum, partition=msg.partition(), offset=msg.offset(),
+            key_schema_id=kschema.id if kschema else None,
+            value_schema_id=vschema.id if vschema else None,
+            key_schema=kschema.schema if kschema else None,
+            value_schema=vschema.schema if vschema else None,
+            timestamp=msg.timestamp()[1],
+        )
+
+    def _truncate(self, msg, position, moved, stale) -> Change | None:
+        try:
+            if msg.value() is None:
+                raise DecodeError("a truncate event without a value")
+            _, event = self.decoder.decode(msg.value())
+            topic = event["topic"]
+            barrier = {int(p): int(o) for p, o in event["offsets"].items()}
+            table = TableId(event["schema"], event["table"])
+        except (DecodeError, KeyError, TypeError, ValueError) as exc:
+            self._poison(msg, f"invalid truncate event: {exc}", "DecodeError")
+            return None
+        if not self.is_table_topic(topic):
+            return None
+        for partition, offset in barrier.items():
+            tp = (topic, partition)
+            current = position(tp)
+            if current is not None and current > offset and tp in self._assigned:
+                # its messages from the barrier on were applied before this event: again
+                self._consumer.seek(KafkaTopicPartition(topic, partition, offset))
+                stale.add(tp)
+                log.info("%s: truncate of %s: replaying %s[%d] from %d", self.name, topic,
+                         topic, partition, offset)
+            if current is None or current != offset:
+                moved[tp] = offset
+        return Change(
+            topic=topic, table=table, op="truncate", key=None, value=None,
+            partition=msg.partition(), offset=msg.offset(), barrier=barrier,
+            timestamp=msg.timestamp()[1],
+        )
+
+    def _apply(self, changes: list[Change], offsets: Offsets,
+               sources: dict[int, Message]) -> None:
+        remaining = list(changes)
+        while True:
+            try:
+                self.sink.write(remaining, offsets)
+                break
+            except RejectedChange as exc:
+                index = next((i for i, c in enumerate(remaining) if c is exc.change), None)
+                if index is None:
+                    raise  # not a change of this batch: a bug of the sink
+                self._poison(sources[id(exc.change)], exc.reason, "RejectedChange")
+                del remaining[index]
+        self._flush_dead_letters()
+        self.sink.flush()
+        assigned = [
+            KafkaTopicPartition(t, p, o) for (t, p), o in offsets.items()
+            if (t, p) in self._assigned
+        ]
+        if assigned:
+            try:
+                self._consumer.commit(offsets=assigned, asynchronous=False)
+            except KafkaException as exc:  # the data and (where kept) offsets are durable
+                log.warning("%s: committing consumer offsets failed: %s", self.name, exc)
+        metrics.BATCHES.labels(self.name).inc()
+        counts: dict[str, int] = {}
+        for change in remaining:
+            counts[change.op] = counts.get(change.op, 0) + 1
+        for op, n in counts.items():
+            metrics.CHANGES.labels(self.name, op).inc(n)
+
+    # -- poison messages ----------------------------------------------------------------
+
+    def _poison(self, msg: Message, reason: str, error: str) -> None:
+        if self.on_poison == "stop":
+            raise PoisonMessage(msg.topic(), msg.partition(), msg.offset(), reason)
+        log.warning("%s: %s[%d]@%d to %s: %s", self.name, msg.topic(), msg.partition(),
+                    msg.offset(), self.dead_letter_topic, reason)
+        if self._producer is None:
+            self._ensure_dead_letter_topic()
+            self._producer = Producer({"bootstrap.servers": self.bootstrap,
+                                       "enable.idempotence": True})
+        headers = [
+            ("bottler.reason", reason.encode()),
+            ("bottler.error", error.encode()),
+            ("bottler.topic", msg.topic().encode()),
+            ("bottler.partition", str(msg.partition()).encode()),
+            ("bottler.offset", str(msg.offset()).encode()),
+            ("bottler.materializer", self.name.encode()),
+        ]
+        self._producer.produce(self.dead_letter_topic, key=msg.key(), value=msg.value(),
+                               headers=headers, on_delivery=self._delivered)
+        metrics.DEAD_LETTERS.labels(self.name, msg.topic()).inc()
+
+    def _delivered(self, err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            self._dead_letter_errors.append(err.str())
+
+    def _flush_dead_letters(self) -> None:
+        if self._producer is None:
+            return
+        if self._producer.flush(30) > 0:
+            self._dead_letter_errors.append("timed out")
+        if self._dead_letter_errors:
+            errors, self._dead_letter_errors = self._dead_letter_errors, []
+            raise BottlerError(f"cannot write to {self.dead_letter_topic}: {errors[0]}",
+                               "check the broker; the batch is replayed on restart")
+
+    def _ensure_dead_letter_topic(self) -> None:
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        if self.dead_letter_topic in admin.list_topics(timeout=10).topics:
+            return
+        new = NewTopic(self.dead_letter_topic, num_partitions=1,
+                       config={"cleanup.policy": "delete", "retention.ms": "-1"})
+        for future in admin.create_topics([new]).values():
+            try:
+                future.result(timeout=30)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+
+    # -- lag and progress ---------------------------------------------------------------
+
+    def _kafka_error(self, error: KafkaError) -> None:
+        if error.fatal():
+            raise KafkaException(error)
+        if error.code() in (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART):
+            log.debug("%s: %s", self.name, error.str())
+        else:
+            log.warning("%s: %s", self.name, error.str())
+
+    def _refresh_watermarks(self, force: bool) -> None:
+        now = time.monotonic()
+        if now < self._next_watermarks and not (force and not self.caught_up.is_set()):
+            return
+        for topic, partition in self.tracker.partitions:
+            low, high = self._consumer.get_watermark_offsets(
+                KafkaTopicPartition(topic, partition), timeout=10, cached=False
+            )
+            self.tracker.observe((topic, partition), low, high)
+        self._next_watermarks = now + self.watermark_interval
+
+    def _show_progress(self) -> None:
+        if not (self.progress and self._rebuilding):
+            return
+        if self._bar is None:
+            from rich.progress import Progress
+
+            self._bar = Progress(transient=False)
+            self._bar.start()
+            self._task = self._bar.add_task(f"rebuilding {self.name}", total=None)
+        done, total = self.tracker.totals()
+        self._bar.update(self._task, completed=done, total=total or None)
+        if self.caught_up.is_set():
+            self._bar.stop()
+            self._bar = None
+            self._rebuilding = False

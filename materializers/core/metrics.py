@@ -1,0 +1,21 @@
+"""Prometheus metrics of the materializers (the default registry; labelled by materializer)."""
+
+from prometheus_client import Counter, Gauge
+
+LAG = Gauge(
+    "bottler_materializer_lag_messages",
+    "messages between the materializer's position and the partition's high watermark",
+    ["materializer", "topic", "partition"],
+)
+CHANGES = Counter(
+    "bottler_materializer_changes_total", "changes applied (flushed)", ["materializer", "op"]
+)
+BATCHES = Counter("bottler_materializer_batches_total", "batches flushed", ["materializer"])
+DEAD_LETTERS = Counter(
+    "bottler_materializer_dead_letters_total", "messages sent to the dead-letter topic",
+    ["materializer", "topic"],
+)
+CAUGHT_UP = Gauge(
+    "bottler_materializer_caught_up", "1 once every assigned partition reached its end",
+    ["materializer"],
+)

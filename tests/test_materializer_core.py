@@ -1,0 +1,344 @@
+"""The materializer core: the Change model, the reference memory sink, lag tracking, and the
+consumer loop end to end against the real broker and registry (fed by the real capture, and by
+hand-made messages where a test needs an exact order or a broken message)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from decimal import Decimal
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+from materializers.core import (
+    Change,
+    LagTracker,
+    Materializer,
+    MemorySink,
+    PoisonMessage,
+    TableId,
+    freeze,
+    table_of,
+)
+from schemas import control
+from schemas.avro_schema import record_schemas
+from schemas.serde import AvroEncoder
+from tests.support import execute, read_topic, rows, topic_state, wait_for, wait_streaming
+
+# -- pure parts ------------------------------------------------------------------------
+
+
+def change(op, key, value=None, offset=0):
+    return Change(topic="t", table=TableId("public", "t"), op=op,
+                  key=None if key is None else {"id": key}, value=value, partition=0,
+                  offset=offset)
+
+
+def test_table_of_prefers_pg_attributes_and_falls_back_to_names():
+    key, value = record_schemas("My Schema", "Order-Items", [], [])
+    assert key is None and table_of(value) == TableId("My Schema", "Order-Items")
+    assert table_of({"name": "x", "namespace": "s", "pg.schema": "My Schema",
+                     "pg.table": "Order-Items"}) == TableId("My Schema", "Order-Items")
+    assert table_of({"name": "orders", "namespace": "shop.key"}) == TableId("shop", "orders")
+    assert table_of({"name": "public.orders"}) == TableId("public", "orders")
+    assert freeze({"b": [1, {"c": 2}], "a": 1}) == (("a", 1), ("b", (1, (("c", 2),))))
+
+
+def test_memory_sink_applies_in_order_only_on_flush_and_stores_offsets():
+    sink = MemorySink()
+    assert sink.stored_offsets([("t", 0)]) == {}
+    sink.write([change("upsert", 1, {"id": 1, "v": "a"}, 0),
+                change("upsert", 2, {"id": 2, "v": "b"}, 1),
+                change("upsert", 1, {"id": 1, "v": "last"}, 2),
+                change("delete", 2, None, 3)], {("t", 0): 4})
+    assert sink.rows("public", "t") == {} and sink.offsets == {}  # not durable yet
+    sink.flush()
+    assert sink.rows("public", "t") == {(("id", 1),): {"id": 1, "v": "last"}}
+    assert sink.offsets == {("t", 0): 4} and sink.writes == 4
+    truncate = Change(topic="t", table=TableId("public", "t"), op="truncate", key=None,
+                      value=None, partition=0, offset=0, barrier={0: 5})
+    sink.write([change("upsert", 3, {"id": 3}, 4), truncate,
+                change("upsert", 4, {"id": 4}, 5)], {("t", 0): 6})
+    assert sink.stored_offsets([("t", 0)]) == {("t", 0): 4}  # a new session drops staged work
+    sink.flush()
+    assert sink.rows("public", "t") == {(("id", 1),): {"id": 1, "v": "last"}}
+    sink.write([change("upsert", 3, {"id": 3}, 4), truncate,
+                change("upsert", 4, {"id": 4}, 5)], {("t", 0): 6})
+    sink.flush()
+    assert sink.rows("public", "t") == {(("id", 4),): {"id": 4}}
+    unkeyed = [change("upsert", None, {"v": 1}, 7), change("upsert", None, {"v": 1}, 8)]
+    sink.write(unkeyed + unkeyed, {})  # replayed: still two rows
+    sink.flush()
+    assert len(sink.rows("public", "t")) == 3
+
+
+def test_lag_tracker_caught_up_needs_every_partition_at_its_watermark():
+    tracker = LagTracker("unit")
+    assert not tracker.check()  # nothing assigned is not caught up
+    tracker.assign({("a", 0): 0, ("a", 1): 5})
+    tracker.observe(("a", 0), 0, 10)
+    assert tracker.lag() == {("a", 0): 10, ("a", 1): None}
+    tracker.observe(("a", 1), 0, 5)
+    assert not tracker.check() and not tracker.caught_up.is_set()
+    tracker.advance(("a", 0), 10)
+    assert tracker.check() and tracker.caught_up.is_set()
+    assert tracker.lag() == {("a", 0): 0, ("a", 1): 0}
+    assert tracker.totals() == (15, 15)
+
+
+# -- end to end, hand-made messages -------------------------------------------------------
+
+VALUE = {"type": "record", "name": "t", "namespace": "public", "pg.schema": "public",
+         "pg.table": "t", "fields": [{"name": "id", "type": "int"},
+                                     {"name": "v", "type": ["null", "string"], "default": None}]}
+KEY = {"type": "record", "name": "t", "namespace": "public.key", "pg.schema": "public",
+       "pg.table": "t", "fields": [{"name": "id", "type": "int"}]}
+
+
+class Topic:
+    """A hand-made table topic ``<prefix>.t`` with the capture's wire format and schemas."""
+
+    def __init__(self, stack, partitions: int = 1):
+        self.stack = stack
+        self.prefix = f"m{uuid.uuid4().hex[:8]}"
+        self.name = f"{self.prefix}.t"
+        self.truncates = f"{self.prefix}._bottler.truncate"
+        admin = AdminClient({"bootstrap.servers": stack.kafka})
+        for future in admin.create_topics([
+            NewTopic(self.name, num_partitions=partitions, config={"cleanup.policy": "compact"}),
+            NewTopic(self.truncates, num_partitions=1),
+        ]).values():
+            future.result(30)
+        registry = SchemaRegistryClient({"url": stack.registry_url})
+
+        def encoder(subject, schema):
+            schema_id = registry.register_schema(subject, Schema(json.dumps(schema), "AVRO"))
+            return AvroEncoder(schema_id, schema).encode
+
+        self.key = encoder(f"{self.name}-key", KEY)
+        self.value = encoder(f"{self.name}-value", VALUE)
+        self.truncate_event = encoder(f"{self.truncates}-value", control.TRUNCATE)
+        self.producer = Producer({"bootstrap.servers": stack.kafka})
+        self.count = {}
+
+    def put(self, id_, v="x", partition=0, raw_value=None):
+        value = raw_value if raw_value is not None else (
+            None if v is None else self.value({"id": id_, "v": v}))
+        self.producer.produce(self.name, key=self.key({"id": id_}), value=value,
+                              partition=partition)
+        self.count[partition] = self.count.get(partition, 0) + 1
+
+    def truncate(self, offsets=None):
+        self.producer.flush(30)
+        event = {"topic": self.name, "schema": "public", "table": "t", "lsn": 1,
+                 "commit_time": 0, "offsets": {str(p): o for p, o in
+                                               (offsets or self.count).items()},
+                 "cascade": False, "restart_identity": False}
+        self.producer.produce(self.truncates, key=self.name.encode(),
+                              value=self.truncate_event(event))
+        self.producer.flush(30)
+
+    def materializer(self, sink, group=None, **options):
+        self.producer.flush(30)
+        return Materializer(sink, bootstrap=self.stack.kafka, registry=self.stack.registry_url,
+                            group_id=group or f"g-{uuid.uuid4().hex[:8]}", prefix=self.prefix,
+                            batch_timeout=0.2, **{"progress": False, **options})
+
+
+def ids(sink) -> dict:
+    return {k[0][1]: v["v"] for k, v in sink.rows("public", "t").items()}
+
+
+def committed(stack, group, topic, partition=0) -> int:
+    consumer = Consumer({"bootstrap.servers": stack.kafka, "group.id": group})
+    try:
+        return consumer.committed([TopicPartition(topic, partition)], timeout=10)[0].offset
+    finally:
+        consumer.close()
+
+
+def test_last_value_wins_deletes_and_resume_without_reapplying(stack):
+    topic = Topic(stack)
+    for i in range(30):
+        topic.put(1, f"v{i}")
+    topic.put(2, "two")
+    topic.put(3, "three")
+    topic.put(3, None)  # tombstone
+    sink = MemorySink()
+    materializer = topic.materializer(sink, batch_size=7)
+    materializer.run_until_caught_up(timeout=60)
+    assert ids(sink) == {1: "v29", 2: "two"}
+    assert materializer.lag() == {(topic.name, 0): 0, (topic.truncates, 0): 0}
+    assert sink.offsets[(topic.name, 0)] == 33 and sink.flushes >= 5  # batches of 7
+    assert committed(stack, materializer.group_id, topic.name) == 33
+    writes = sink.writes
+
+    again = topic.materializer(sink, group=materializer.group_id)
+    again.run_until_caught_up(timeout=60)
+    assert sink.writes == writes  # resumed from the stored offsets: nothing re-applied
+    topic.put(2, None)
+    topic.put(4, "four")
+    again.run_until_caught_up(timeout=60)
+    assert ids(sink) == {1: "v29", 4: "four"} and sink.writes == writes + 2
+
+
+def test_failed_flush_aborts_the_commit_and_the_next_run_reapplies(stack):
+    class FlakySink(MemorySink):
+        failures = 1
+
+        def flush(self):
+            if self.failures:
+                self.failures -= 1
+                raise OSError("disk full")
+            super().flush()
+
+    topic = Topic(stack)
+    for i in range(10):
+        topic.put(i, f"v{i}")
+    sink = FlakySink()
+    materializer = topic.materializer(sink)
+    with pytest.raises(OSError, match="disk full"):
+        materializer.run_until_caught_up(timeout=60)
+    assert sink.offsets == {} and ids(sink) == {}
+    assert committed(stack, materializer.group_id, topic.name) < 0  # nothing committed
+    topic.materializer(sink, group=materializer.group_id).run_until_caught_up(timeout=60)
+    assert ids(sink) == {i: f"v{i}" for i in range(10)}
+    assert committed(stack, materializer.group_id, topic.name) == 10
+
+
+def test_truncate_barrier_whichever_is_read_first(stack):
+    topic = Topic(stack, partitions=2)
+    for i in range(6):
+        topic.put(i, "before", partition=i % 2)
+    early = MemorySink()  # reads the post-barrier rows before the truncate event exists
+    topic.put(10, "after", partition=0)  # not covered by the barrier below
+    topic.materializer(early).run_until_caught_up(timeout=60)
+    assert set(ids(early)) == {0, 1, 2, 3, 4, 5, 10}
+    topic.truncate(offsets={0: 3, 1: 3})  # rows 0..5 void, row 10 (offset 3) kept
+    topic.put(11, "after", partition=1)
+    topic.put(2, "again", partition=0)
+
+    fresh = MemorySink()
+    topic.materializer(fresh).run_until_caught_up(timeout=60)
+    expected = {10: "after", 11: "after", 2: "again"}
+    assert ids(fresh) == expected and fresh.truncates == 1
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    topic.materializer(early, group=group).run_until_caught_up(timeout=60)
+    assert ids(early) == expected  # rewound to the barrier: row 10 replayed after the truncate
+    assert early.offsets[(topic.name, 0)] == 5 and early.offsets[(topic.name, 1)] == 4
+
+
+def test_poison_messages_go_to_the_dead_letter_topic_or_stop(stack):
+    topic = Topic(stack)
+    topic.put(1, "ok")
+    topic.put(2, raw_value=b"\x00\x00\x00\xff\xffgarbage")  # an unknown schema id
+    topic.put(3, "refused")
+    topic.put(4, "ok")
+
+    stopping = MemorySink()
+    materializer = topic.materializer(stopping, on_poison="stop")
+    with pytest.raises(PoisonMessage, match=r"\[0\]@1: schema id \d+ is not in the registry"):
+        materializer.run_until_caught_up(timeout=60)
+    assert stopping.offsets == {}
+    assert committed(stack, materializer.group_id, topic.name) < 0
+
+    def reject(change):
+        return "value too long" if change.value and change.value["v"] == "refused" else None
+
+    sink = MemorySink(reject=reject)
+    topic.materializer(sink).run_until_caught_up(timeout=60)
+    assert ids(sink) == {1: "ok", 4: "ok"}
+    dead_letters = f"{topic.prefix}._bottler.dead-letter"
+    dead = wait_for(lambda: len(m := read_topic(stack.kafka, dead_letters)) == 2 and m, 30,
+                    "two dead letters")
+    headers = [dict(m.headers()) for m in dead]
+    assert [h["bottler.offset"] for h in headers] == [b"1", b"2"]
+    assert b"not in the registry" in headers[0]["bottler.reason"]
+    assert headers[1]["bottler.reason"] == b"value too long"
+    assert headers[1]["bottler.error"] == b"RejectedChange"
+    assert dead[0].value() == b"\x00\x00\x00\xff\xffgarbage"  # the original bytes
+
+
+def test_lag_is_known_while_running_and_caught_up_is_waitable(stack):
+    topic = Topic(stack)
+    for i in range(200):
+        topic.put(i)
+    materializer = topic.materializer(MemorySink(), batch_size=10, progress=True)  # bar on
+    stop = threading.Event()
+    thread = threading.Thread(target=materializer.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        assert materializer.caught_up.wait(60)
+        assert materializer.lag()[(topic.name, 0)] == 0
+        topic.put(500)
+        topic.producer.flush(30)
+        wait_for(lambda: len(materializer.sink.rows("public", "t")) == 201, 30, "row 500")
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not thread.is_alive()
+
+
+# -- end to end, fed by the real capture ---------------------------------------------------
+
+SHOP = """
+create table items (id int primary key, name text not null, price numeric(10,2));
+insert into items select g, 'item ' || g, g * 1.5 from generate_series(1, 100) g;
+"""
+
+
+def source_items(dsn) -> dict:
+    return {r[0]: {"id": r[0], "name": r[1], "price": r[2]}
+            for r in rows(dsn, "select id, name, price from items")}
+
+
+def sink_items(sink) -> dict:
+    return {k[0][1]: v for k, v in sink.rows("public", "items").items()}
+
+
+def test_rebuild_from_a_capture_equals_the_source_and_follows_truncates(stack, source, prefix,
+                                                                         start):
+    execute(source, SHOP)
+    start()
+    wait_streaming(source, prefix)
+    execute(source, *[f"update items set name = 'n{i}' where id = 1" for i in range(20)],
+            "delete from items where id between 90 and 100",
+            "update items set price = 0.01 where id = 2")
+    topic_state(stack, f"{prefix}.items", 89)
+
+    def rebuild(sink, group=None):
+        materializer = Materializer(sink, bootstrap=stack.kafka, registry=stack.registry_url,
+                                    group_id=group or f"g-{uuid.uuid4().hex[:8]}", prefix=prefix,
+                                    batch_timeout=0.2, progress=False)
+        materializer.run_until_caught_up(timeout=60)
+        return materializer
+
+    running = MemorySink()
+    materializer = rebuild(running)
+    assert sink_items(running) == source_items(source)
+    assert sink_items(running)[1]["name"] == "n19"
+    assert sink_items(running)[2]["price"] == Decimal("0.01")
+    assert all(v == 0 for v in materializer.lag().values())
+
+    execute(source, "insert into items values (500, 'gone', 1)", "truncate items",
+            "insert into items values (7, 'after', 2), (8, 'after', 3)")
+    wait_for(lambda: len(rows(source, "select 1 from items")) == 2
+             and _has_messages(stack, f"{prefix}._bottler.truncate"), 30, "the truncate event")
+    wait_for(lambda: topic_state(stack, f"{prefix}.items")[(("id", 8),)]["name"] == "after",
+             30, "the rows inserted after the truncate")
+    rebuild(running, group=materializer.group_id)
+    fresh = MemorySink()
+    rebuild(fresh)
+    assert sink_items(fresh) == source_items(source) == sink_items(running)
+    assert set(source_items(source)) == {7, 8}
+
+
+def _has_messages(stack, topic) -> bool:
+    try:
+        return bool(read_topic(stack.kafka, topic))
+    except KeyError:
+        return False
