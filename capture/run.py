@@ -63,7 +63,8 @@ def run_capture(settings: CaptureSettings, stop: threading.Event | None = None) 
         else:
             log.info("slot %s exists: resuming the stream where it left off", s.slot)
     if not slot_exists(s.postgres, s.slot):
-        _new_slot(s, progress, tables, published)
+        _new_slot(s, progress, tables)
+    metrics.SNAPSHOT_DONE.set(1)  # copied now, before, or skipped: the stream is what follows
 
     streamer = Streamer(
         s.postgres, s.slot, s.publication_name, tables, control, publisher, admin,
@@ -71,11 +72,14 @@ def run_capture(settings: CaptureSettings, stop: threading.Event | None = None) 
         transaction_topic=s.transaction_topic,
     )
     gctune.tune()
-    streamer.run(stop)
+    try:
+        streamer.run(stop)
+    finally:
+        catalog.close()
     log.info("capture stopped; confirmed up to %s", lsn_to_str(streamer.tracker.confirmed()))
 
 
-def _new_slot(s: CaptureSettings, progress, tables: Tables, published) -> None:
+def _new_slot(s: CaptureSettings, progress: state.CaptureState, tables: Tables) -> None:
     if s.skip_snapshot:
         progress.write(s.slot, snapshot=state.SNAPSHOT_SKIPPED)
         create_slot(s.postgres, s.slot).release()
@@ -107,7 +111,6 @@ def _new_slot(s: CaptureSettings, progress, tables: Tables, published) -> None:
         new.release()
     progress.write(s.slot, snapshot=state.SNAPSHOT_COMPLETE, rows=rows,
                    consistent_lsn=new.consistent_lsn)
-    metrics.SNAPSHOT_DONE.set(1)
 
 
 def _check_broker(admin: AdminClient, broker: str) -> None:
