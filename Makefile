@@ -33,7 +33,7 @@ down:
 	$(COMPOSE) down
 else
 up: deps
-	@$(BIN)/bottler stack up --dir $(STACK_DIR) --demo --app capture
+	@$(BIN)/bottler stack up --dir $(STACK_DIR) --demo --app capture --app replica
 down: $(STAMP)
 	@$(BIN)/bottler stack down --dir $(STACK_DIR)
 endif

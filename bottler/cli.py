@@ -11,8 +11,10 @@ from rich.table import Table
 
 from bottler.errors import BottlerError
 from bottler.logs import setup_logging
+from bottler.migrate.cli import migrate_app
 from bottler.redact import redact
 from capture import cli as capture_cli
+from materializers.postgres.cli import materialize_postgres
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 stack_app = typer.Typer(no_args_is_help=True, help="The embedded stack of real services.")
@@ -23,6 +25,10 @@ app.add_typer(registry_app, name="registry")
 app.add_typer(demo_app, name="demo")
 app.command("capture")(capture_cli.capture)
 app.add_typer(capture_cli.slot_app, name="slot")
+materialize_app = typer.Typer(no_args_is_help=True, help="Build views from the topics.")
+materialize_app.command("postgres")(materialize_postgres)
+app.add_typer(materialize_app, name="materialize")
+app.add_typer(migrate_app, name="migrate")
 
 # Piped output (make, logs) is not squeezed into rich's default 80 columns.
 out = Console() if sys.stdout.isatty() else Console(width=120)
@@ -35,7 +41,7 @@ StackDir = typer.Option(
 
 def _port(name: str, default: int):
     return typer.Option(
-        None, f"--{name}-port", envvar=f"BOTTLER_STACK_{name.upper()}_PORT",
+        None, f"--{name}-port", envvar=f"BOTTLER_STACK_{name.upper().replace('-', '_')}_PORT",
         help=f"{name} port (default {default}, or the port the stack last used).",
         show_default=False,
     )
@@ -57,6 +63,8 @@ def _print_stack(stack, outcome: dict[str, str] | None = None) -> None:
     ]
     if "capture" in stack.apps:
         apis.append(("capture", "capture", f"http://127.0.0.1:{stack.ports.metrics}/metrics"))
+    if "replica" in stack.apps:
+        apis.append(("replica", "replica", stack.postgres.dsn("replica")))
     pids = stack.status()
     table = Table(title=f"bottler stack ({stack.root})", title_justify="left")
     for col in ("api", "process", "state", "pid", "endpoint"):
@@ -76,14 +84,16 @@ def stack_up(
     registry_port: int | None = _port("registry", 18081),
     search_port: int | None = _port("search", 19200),
     metrics_port: int | None = _port("metrics", 19100),
+    replica_metrics_port: int | None = _port("replica-metrics", 19101),
     apps: list[str] | None = typer.Option(
-        None, "--app", help="Also run this part of the appliance (capture); remembered."),
+        None, "--app", help="Also run this part of the appliance (capture, replica); "
+        "remembered."),
     demo: bool = typer.Option(False, "--demo", help="Seed the demo shop (before the apps)."),
 ) -> None:
     """Start PostgreSQL, the broker (Kafka + search APIs) and the registry, and the apps;
     idempotent."""
     ports = dict(postgres=postgres_port, kafka=kafka_port, registry=registry_port,
-                 search=search_port, metrics=metrics_port)
+                 search=search_port, metrics=metrics_port, replica_metrics=replica_metrics_port)
     stack = _stack(root, ports)
     outcome = stack.up(tuple(apps or ()), demo=demo)
     _print_stack(stack, outcome)

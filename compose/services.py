@@ -116,3 +116,17 @@ def capture(root: Path, env: dict[str, str], metrics_port: int) -> Service:
         log=root / "logs" / "capture.log",
         env=env,
     )
+
+
+def replica(root: Path, env: dict[str, str], metrics_port: int) -> Service:
+    """The target-Postgres replica of the captured topics (database `replica` of the stack)."""
+    return Service(
+        name="replica",
+        argv=[sys.executable, "-m", "bottler", "materialize", "postgres",
+              "--metrics-port", str(metrics_port)],
+        marker="bottler materialize postgres",
+        ready=http_ok(f"http://127.0.0.1:{metrics_port}/metrics"),
+        pidfile=root / "run" / "replica.pid",
+        log=root / "logs" / "replica.log",
+        env=env,
+    )

@@ -19,6 +19,7 @@ from compose.postgres import PostgresCluster
 from compose.procs import free_port, port_is_free
 
 SOURCE_DB = "shop"
+REPLICA_DB = "replica"  # the target-Postgres replica's database (make up)
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class Ports:
     registry: int = 18081
     search: int = 19200
     metrics: int = 19100  # the capture's Prometheus endpoint
+    replica_metrics: int = 19101  # the replica's
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ class Stack:
     then the appliance's processes that were asked for (`apps`), which the stack remembers."""
 
     ORDER = ("postgres", "broker", "registry")
-    APPS = ("capture",)
+    APPS = ("capture", "replica")
 
     def __init__(self, root: Path, ports: dict[str, int | None] | None = None):
         """``ports`` overrides some of the ports the stack last used (or the defaults)."""
@@ -85,6 +87,11 @@ class Stack:
     @property
     def capture(self) -> services.Service:
         return services.capture(self.root, self.endpoints.env(), self.ports.metrics)
+
+    @property
+    def replica(self) -> services.Service:
+        env = self.endpoints.env() | {"BOTTLER_TARGET_DSN": self.postgres.dsn(REPLICA_DB)}
+        return services.replica(self.root, env, self.ports.replica_metrics)
 
     def part(self, name: str):
         if name not in self.ORDER + self.APPS:
@@ -140,7 +147,7 @@ class Stack:
                 pg = self.postgres
                 if not pg.initialized():
                     pg.init()
-                pg.start(databases=(SOURCE_DB,))
+                pg.start(databases=(SOURCE_DB, REPLICA_DB))
             else:
                 self.part(name).start()
             outcome[name] = "started"
@@ -168,13 +175,15 @@ class Stack:
 
     # -- state -----------------------------------------------------------------------------
     def _check_port(self, name: str) -> None:
-        port_name = {"broker": ("kafka", "search"), "capture": ("metrics",)}.get(name, (name,))
+        port_name = {
+            "broker": ("kafka", "search"), "capture": ("metrics",), "replica": ("replica_metrics",),
+        }.get(name, (name,))
         for pn in port_name:
             port = getattr(self.ports, pn)
             if not port_is_free(port):
                 raise BottlerError(
                     f"port {port} ({pn}) is already in use on 127.0.0.1",
-                    f"stop what holds it, or choose another with --{pn}-port "
+                    f"stop what holds it, or choose another with --{pn.replace('_', '-')}-port "
                     f"(or BOTTLER_STACK_{pn.upper()}_PORT)",
                 )
 

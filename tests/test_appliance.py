@@ -1,11 +1,12 @@
-"""What `make up` runs: the stack, the demo shop, and the capture streaming it into Kafka."""
+"""What `make up` runs: the stack, the demo shop, the capture streaming it into Kafka, and the
+replica in a second database."""
 
 from __future__ import annotations
 
 import httpx
 
 from compose.stack import isolated_stack
-from tests.support import Decoder, execute, read_topic, wait_for
+from tests.support import Decoder, execute, read_topic, rows, wait_for
 
 
 def metric(url: str, name: str) -> float | None:
@@ -17,8 +18,8 @@ def metric(url: str, name: str) -> float | None:
 
 def test_demo_shop_is_captured_and_watched():
     with isolated_stack() as stack:
-        outcome = stack.up(apps=("capture",), demo=True)
-        assert outcome["capture"] == "started"
+        outcome = stack.up(apps=("capture", "replica"), demo=True)
+        assert outcome["capture"] == outcome["replica"] == "started"
         ep = stack.endpoints
         decoder = Decoder(ep.registry)
 
@@ -38,7 +39,14 @@ def test_demo_shop_is_captured_and_watched():
         wait_for(lambda: metric(metrics_url, "bottler_capture_events_total"), 30, "an event")
         assert metric(metrics_url, "bottler_capture_confirmed_lsn") > 0
 
-        assert stack.up()["capture"] == "already running"  # the app is remembered
+        replica = stack.postgres.dsn("replica")
+        order_1 = "select status from orders where id = 1"
+        wait_for(lambda: rows(replica, order_1) == [("paid",)], 60, "the replica")
+        count = "select count(*), sum(total) from orders"
+        wait_for(lambda: rows(replica, count) == rows(ep.pg_dsn, count), 30, "all orders")
+
+        again = stack.up()  # the apps are remembered
+        assert again["capture"] == again["replica"] == "already running"
         stack.down()
         log = (stack.root / "logs" / "capture.log").read_text()
         assert "capture stopped; confirmed up to" in log  # a graceful stop, not a kill

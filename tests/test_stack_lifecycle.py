@@ -20,7 +20,7 @@ from compose.stack import Stack, free_ports, new_stack_dir
 def bottler(*args: str, root: Path, ports: dict[str, int] | None = None):
     argv = [sys.executable, "-m", "bottler", *args, "--dir", str(root)]
     for name, port in (ports or {}).items():
-        argv += [f"--{name}-port", str(port)]
+        argv += [f"--{name.replace('_', '-')}-port", str(port)]
     return subprocess.run(argv, capture_output=True, text=True, timeout=180)
 
 

@@ -1,0 +1,163 @@
+"""Target tables from Avro schemas: creation (SQLAlchemy Core) and evolution (ALTER TABLE).
+
+A table's *shape* is its columns in order (name, PostgreSQL type, NOT NULL) and its primary key.
+:func:`desired_shape` reads it from a value (and key) schema; :func:`existing_shape` from the
+target's catalog; :func:`create_statements` and :func:`evolve_statements` give the SQL that makes
+the target match. Never a foreign key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from sqlalchemy import Column, MetaData, PrimaryKeyConstraint, Table
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.schema import CreateSchema, CreateTable
+from sqlalchemy.types import UserDefinedType
+
+from materializers.core.changes import TableId
+
+__all__ = [
+    "ColumnShape",
+    "PgTypeText",
+    "TableShape",
+    "create_statements",
+    "desired_shape",
+    "evolve_statements",
+    "existing_shape",
+    "quote",
+    "qualified",
+]
+
+_DIALECT = postgresql.dialect()
+_PREPARER = _DIALECT.identifier_preparer
+
+
+def quote(name: str) -> str:
+    """An identifier, always double-quoted (names keep their case and characters)."""
+    return _PREPARER.quote_identifier(name)
+
+
+def qualified(table: TableId) -> str:
+    return f"{quote(table.schema)}.{quote(table.table)}"
+
+
+class PgTypeText(UserDefinedType):
+    """A column type given as PostgreSQL's own text (``format_type`` output), rendered as is."""
+
+    cache_ok = True
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class ColumnShape:
+    name: str  # the PostgreSQL column name (``pg.name``)
+    type: str  # PostgreSQL type text, as format_type prints it
+    not_null: bool = False
+    field: str = ""  # the Avro field name (empty for a shape read from the catalog)
+
+
+@dataclass(frozen=True)
+class TableShape:
+    columns: tuple[ColumnShape, ...]
+    key: tuple[str, ...]  # primary key column names, in key order; empty for unkeyed tables
+
+    def column(self, name: str) -> ColumnShape | None:
+        return next((c for c in self.columns if c.name == name), None)
+
+
+def desired_shape(value_schema: dict, key_schema: dict | None,
+                  target_type: Callable[[dict], str]) -> TableShape:
+    """The shape a value schema asks for: a column per field (``pg.name``, ``target_type(field)``,
+    ``pg.notnull``), the key schema's fields as primary key."""
+    columns = tuple(
+        ColumnShape(f.get("pg.name", f["name"]), target_type(f), bool(f.get("pg.notnull")),
+                    f["name"])
+        for f in value_schema["fields"]
+    )
+    key: tuple[str, ...] = ()
+    if key_schema is not None:
+        by_field = {c.field: c.name for c in columns}
+        key = tuple(f.get("pg.name", by_field.get(f["name"], f["name"]))
+                    for f in key_schema["fields"])
+        # key columns are NOT NULL whatever the value schema says
+        columns = tuple(
+            ColumnShape(c.name, c.type, True, c.field) if c.name in key else c for c in columns
+        )
+    return TableShape(columns, key)
+
+
+def existing_shape(conn: psycopg.Connection, table: TableId) -> TableShape | None:
+    """The target table's shape, or None if it does not exist."""
+    row = conn.execute("select to_regclass(%s)::oid", (qualified(table),)).fetchone()
+    if row is None or row[0] is None:
+        return None
+    oid = row[0]
+    columns = tuple(
+        ColumnShape(name, typ, notnull)
+        for name, typ, notnull in conn.execute(
+            "select attname, format_type(atttypid, atttypmod), attnotnull from pg_attribute"
+            " where attrelid = %s and attnum > 0 and not attisdropped order by attnum",
+            (oid,),
+        ).fetchall()
+    )
+    key = tuple(
+        r[0] for r in conn.execute(
+            "select a.attname from pg_index i"
+            " cross join lateral unnest(i.indkey) with ordinality as k(attnum, n)"
+            " join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum"
+            " where i.indrelid = %s and i.indisprimary order by k.n",
+            (oid,),
+        ).fetchall()
+    )
+    return TableShape(columns, key)
+
+
+def create_statements(table: TableId, shape: TableShape) -> list[str]:
+    """``CREATE SCHEMA IF NOT EXISTS`` and ``CREATE TABLE``, compiled by SQLAlchemy Core."""
+    metadata = MetaData()
+    columns = [Column(c.name, PgTypeText(c.type), nullable=not c.not_null, quote=True)
+               for c in shape.columns]
+    constraints = [PrimaryKeyConstraint(*shape.key)] if shape.key else []
+    sa_table = Table(table.table, metadata, *columns, *constraints, schema=table.schema,
+                     quote=True, quote_schema=True)
+    statements = []
+    if table.schema != "public":
+        statements.append(str(CreateSchema(table.schema, if_not_exists=True)
+                              .compile(dialect=_DIALECT)))
+    statements.append(str(CreateTable(sa_table).compile(dialect=_DIALECT)).strip())
+    return statements
+
+
+def evolve_statements(table: TableId, existing: TableShape, desired: TableShape) -> list[str]:
+    """``ALTER TABLE`` statements taking ``existing`` to ``desired``: dropped columns dropped,
+    new ones added (nullable: the rows already there have no value for them), type changes
+    through ``USING col::text::newtype``, NOT NULL dropped where the source dropped it (set only
+    at creation). A renamed column is a drop plus an add. The primary key is kept."""
+    name = qualified(table)
+    wanted = {c.name for c in desired.columns}
+    have = {c.name: c for c in existing.columns}
+    out = []
+    for column in existing.columns:
+        if column.name not in wanted and column.name not in existing.key:
+            out.append(f"alter table {name} drop column {quote(column.name)}")
+    for column in desired.columns:
+        current = have.get(column.name)
+        col = quote(column.name)
+        if current is None:
+            out.append(f"alter table {name} add column {col} {column.type}")
+            continue
+        if current.type != column.type:
+            out.append(f"alter table {name} alter column {col} type {column.type}"
+                       f" using {col}::text::{column.type}")
+        if current.not_null and not column.not_null and column.name not in existing.key:
+            out.append(f"alter table {name} alter column {col} drop not null")
+    return out

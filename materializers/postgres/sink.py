@@ -1,0 +1,351 @@
+"""The target-Postgres replica: a :class:`~materializers.core.sink.Sink` writing a live copy of the
+source tables (no foreign keys) into another PostgreSQL database.
+
+One transaction per batch holds everything: table creation and evolution (DDL is transactional
+in PostgreSQL), the rows, truncates, and the consumed offsets in ``bottler.offsets``; ``flush``
+commits it. A crash anywhere before the commit leaves the target as it was, and the next run
+resumes from the offsets stored with the data: nothing is applied twice or skipped.
+
+Per batch, the changes are cut into segments at every truncate and at every new schema version of
+a table; per segment and table, the last change of each key wins, the rows are COPYed into a
+temporary staging table, then one ``INSERT … SELECT … ON CONFLICT (pk) DO UPDATE`` and one
+``DELETE … USING`` apply them. Unkeyed tables: every upsert is COPYed straight in (an insert).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from bottler.pg import connect
+from materializers.core.changes import Change, TableId, TopicPartition
+from materializers.core.sink import Offsets, RejectedChange
+from materializers.postgres.ddl import (
+    ColumnShape,
+    TableShape,
+    create_statements,
+    desired_shape,
+    evolve_statements,
+    existing_shape,
+    qualified,
+    quote,
+)
+from materializers.postgres.values import (
+    Converter,
+    copy_escape,
+    derived_type,
+    named_types,
+    text_converter,
+)
+from schemas.pgtypes import session_statements
+
+log = logging.getLogger(__name__)
+
+OFFSETS_DDL = [
+    "create schema if not exists bottler",
+    "create table if not exists bottler.offsets (group_id text not null, topic text not null,"
+    " partition int not null, next_offset bigint not null,"
+    " primary key (group_id, topic, partition))",
+]
+_OP = "__bottler_delete"
+
+
+@dataclass
+class _Table:
+    """What the sink knows of one target table in the current transaction."""
+
+    id: TableId
+    shape: TableShape
+    schema_id: int | None = None  # the value schema the shape was built from (None: catalog)
+    fields: list[tuple[str, str, Converter]] = field(default_factory=list)  # (field, col, conv)
+
+    @property
+    def keyed(self) -> bool:
+        return bool(self.shape.key)
+
+
+@dataclass
+class _Segment:
+    """Changes of one table between two barriers (truncate, schema version): last per key."""
+
+    table: TableId
+    value_schema: dict | None = None
+    value_schema_id: int | None = None
+    key_schema: dict | None = None
+    rows: dict[Any, Change] = field(default_factory=dict)  # keyed: identity -> last change
+    appended: list[Change] = field(default_factory=list)  # unkeyed upserts, in order
+
+
+class PostgresSink:
+    """Writes changes into ``target_dsn``; offsets are kept in ``bottler.offsets`` under
+    ``group_id`` (the materializer's consumer group), in the same transaction as the rows.
+
+    Counters: ``rows_written`` (rows COPYed), ``flushes``.
+    """
+
+    def __init__(self, target_dsn: str, group_id: str):
+        self.target_dsn = target_dsn
+        self.group_id = group_id
+        self.rows_written = 0
+        self.flushes = 0
+        self._conn = connect(target_dsn)
+        self._tables: dict[TableId, _Table] = {}
+        self._builtin: dict[str, bool] = {}
+        self._stage = 0
+        self._setup()
+
+    # -- the Sink protocol ---------------------------------------------------------------
+
+    def stored_offsets(self, partitions: Sequence[TopicPartition]) -> Offsets | None:
+        self._reset()
+        wanted = set(partitions)
+        rows = self._conn.execute(
+            'select topic, "partition", next_offset from bottler.offsets where group_id = %s',
+            (self.group_id,),
+        ).fetchall()
+        self._conn.rollback()
+        return {(t, p): o for t, p, o in rows if (t, p) in wanted}
+
+    def write(self, changes: Sequence[Change], offsets: Offsets) -> None:
+        try:
+            self._write(changes)
+            if offsets:
+                with self._conn.cursor() as cur:
+                    cur.executemany(
+                        'insert into bottler.offsets (group_id, topic, "partition", next_offset)'
+                        " values (%s, %s, %s, %s) on conflict (group_id, topic, \"partition\")"
+                        " do update set next_offset = excluded.next_offset",
+                        [(self.group_id, t, p, o) for (t, p), o in offsets.items()],
+                    )
+        except BaseException:
+            self._reset()
+            raise
+
+    def flush(self) -> None:
+        try:
+            self._conn.commit()
+        except BaseException:
+            self._reset()
+            raise
+        self.flushes += 1
+
+    def close(self) -> None:
+        if not self._conn.closed:
+            try:
+                self._conn.rollback()
+            finally:
+                self._conn.close()
+
+    # -- batches -------------------------------------------------------------------------
+
+    def _write(self, changes: Sequence[Change]) -> None:
+        segments: dict[TableId, _Segment] = {}
+        for change in changes:
+            if change.op == "truncate":
+                self._apply_all(segments)
+                self._truncate(change.table)
+                continue
+            segment = segments.get(change.table)
+            if (segment is not None and change.op == "upsert"
+                    and segment.value_schema_id is not None
+                    and change.value_schema_id != segment.value_schema_id):
+                self._apply(segments.pop(change.table))  # a new schema version: a barrier
+                segment = None
+            if segment is None:
+                segment = segments[change.table] = _Segment(change.table)
+            if change.op == "upsert":
+                segment.value_schema = change.value_schema
+                segment.value_schema_id = change.value_schema_id
+            if change.key_schema is not None:
+                segment.key_schema = change.key_schema
+            if change.key is None:
+                if change.op == "upsert":
+                    segment.appended.append(change)
+            else:
+                segment.rows.pop(change.identity, None)  # keep the list in last-change order
+                segment.rows[change.identity] = change
+        self._apply_all(segments)
+
+    def _apply_all(self, segments: dict[TableId, _Segment]) -> None:
+        for segment in segments.values():
+            self._apply(segment)
+        segments.clear()
+
+    def _apply(self, segment: _Segment) -> None:
+        table = self._table(segment)
+        if table is None:
+            return  # only deletes of a table the target never had: nothing to do
+        if segment.appended:
+            self._copy_rows(table, qualified(table.id), segment.appended, delete_flag=False)
+        if not segment.rows:
+            return
+        if not table.keyed:
+            raise RuntimeError(f"{table.id}: keyed changes for a table without a primary key")
+        has_upserts = any(c.op == "upsert" for c in segment.rows.values())
+        columns = [col for _, col, _ in table.fields] if has_upserts else list(table.shape.key)
+        self._stage += 1
+        stage = quote(f"_bottler_stage_{self._stage}")
+        cols = ", ".join(quote(c) for c in columns)
+        target = qualified(table.id)
+        conn = self._conn
+        conn.execute(f"create temp table {stage} on commit drop as"
+                     f" select {cols} from {target} with no data")
+        conn.execute(f"alter table {stage} add column {_OP} boolean not null")
+        self._copy_rows(table, stage, list(segment.rows.values()), delete_flag=True,
+                        only=None if has_upserts else table.shape.key)
+        key = table.shape.key
+        match = " and ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
+        if any(c.op == "delete" for c in segment.rows.values()):
+            conn.execute(f"delete from {target} t using {stage} s where s.{_OP} and {match}")
+        if has_upserts:
+            rest = [c for c in columns if c not in key]
+            conflict = ", ".join(quote(k) for k in key)
+            action = ("do update set " + ", ".join(f"{quote(c)} = excluded.{quote(c)}"
+                                                   for c in rest)) if rest else "do nothing"
+            conn.execute(f"insert into {target} ({cols}) select {cols} from {stage}"
+                         f" where not {_OP} on conflict ({conflict}) {action}")
+
+    def _copy_rows(self, table: _Table, into: str, changes: list[Change], delete_flag: bool,
+                   only: Sequence[str] | None = None) -> None:
+        fields = table.fields
+        if only is not None:
+            fields = [f for f in fields if f[1] in only]
+            fields.sort(key=lambda f: list(only).index(f[1]))
+        names = [col for _, col, _ in fields]
+        if delete_flag:
+            names.append(_OP)
+        lines = []
+        append = lines.append
+        for change in changes:
+            row = change.value if change.op == "upsert" else change.key
+            parts = []
+            try:
+                for name, _, convert in fields:
+                    v = row.get(name)
+                    parts.append("\\N" if v is None else copy_escape(convert(v)))
+            except Exception as exc:  # noqa: BLE001 - a value the target cannot be given
+                raise RejectedChange(change, f"cannot convert {name}: {exc!r}") from exc
+            if delete_flag:
+                parts.append("t" if change.op == "delete" else "f")
+            append("\t".join(parts))
+        data = "\n".join(lines) + "\n"
+        with self._conn.cursor() as cur, cur.copy(
+            f"copy {into} ({', '.join(quote(n) for n in names)}) from stdin"
+        ) as copy:
+            copy.write(data)
+        self.rows_written += len(changes)
+
+    def _truncate(self, table_id: TableId) -> None:
+        known = self._tables.get(table_id)
+        if known is None and existing_shape(self._conn, table_id) is None:
+            return
+        self._conn.execute(f"truncate {qualified(table_id)}")
+
+    # -- tables --------------------------------------------------------------------------
+
+    def _table(self, segment: _Segment) -> _Table | None:
+        """The target table of a segment, created or evolved to the segment's value schema."""
+        known = self._tables.get(segment.table)
+        schema = segment.value_schema
+        if known is not None and (schema is None or known.schema_id == segment.value_schema_id):
+            return known
+        existing = existing_shape(self._conn, segment.table)
+        if schema is None:  # deletes only: the table as it is
+            if existing is None:
+                return None
+            if segment.key_schema is None:
+                return None
+            known = self._describe(segment.table, existing, segment.key_schema, None, None)
+            self._tables[segment.table] = known
+            return known
+        desired = desired_shape(schema, segment.key_schema, self._target_type)
+        if existing is None:
+            statements = create_statements(segment.table, desired)
+            log.info("creating %s", segment.table)
+        else:
+            statements = evolve_statements(segment.table, existing, desired)
+            if statements:
+                log.info("evolving %s: %s", segment.table, "; ".join(statements))
+        for statement in statements:
+            self._conn.execute(statement)
+        known = self._describe(segment.table, desired, schema, segment.value_schema_id,
+                               segment.key_schema)
+        self._tables[segment.table] = known
+        return known
+
+    def _describe(self, table_id: TableId, shape: TableShape, schema: dict,
+                  schema_id: int | None, key_schema: dict | None) -> _Table:
+        named = named_types(schema)
+        if key_schema is not None and key_schema is not schema:
+            named_types(key_schema, named)
+        fields = []
+        by_name = {c.name: c for c in shape.columns}
+        for f in schema["fields"]:
+            name = f.get("pg.name", f["name"])
+            column = by_name.get(name) or ColumnShape(name, "text")
+            fields.append((f["name"], name,
+                           text_converter(f["type"], named, f.get("pg.type", ""), column.type)))
+        if schema_id is None:  # described from a key schema: the key columns only
+            shape = TableShape(shape.columns, tuple(f[1] for f in fields))
+        return _Table(table_id, shape, schema_id, fields)
+
+    def _target_type(self, f: dict) -> str:
+        pg_type = f.get("pg.type", "")
+        if pg_type and self._is_builtin(pg_type):
+            return pg_type
+        named = named_types(f["type"])
+        hstore = pg_type.rsplit(".", 1)[-1].strip('"') == "hstore" and self._has("hstore")
+        return derived_type(f["type"], named, hstore=hstore)
+
+    def _is_builtin(self, pg_type: str) -> bool:
+        cached = self._builtin.get(pg_type)
+        if cached is None:
+            cached = self._regtype(pg_type, builtin_only=True)
+            self._builtin[pg_type] = cached
+        return cached
+
+    def _has(self, pg_type: str) -> bool:
+        key = "?" + pg_type
+        if key not in self._builtin:
+            self._builtin[key] = self._regtype(pg_type, builtin_only=False)
+        return self._builtin[key]
+
+    def _regtype(self, pg_type: str, builtin_only: bool) -> bool:
+        try:
+            with self._conn.transaction():
+                row = self._conn.execute(
+                    "select t.typnamespace = 'pg_catalog'::regnamespace from pg_type t"
+                    " where t.oid = to_regtype(%s)", (pg_type,)
+                ).fetchone()
+        except psycopg.Error:
+            return False
+        return row is not None and (row[0] or not builtin_only)
+
+    # -- connection ----------------------------------------------------------------------
+
+    def _setup(self) -> None:
+        for statement in session_statements():
+            self._conn.execute(statement)
+        self._conn.commit()
+        with self._conn.transaction():
+            for statement in OFFSETS_DDL:
+                self._conn.execute(statement)
+
+    def _reset(self) -> None:
+        """Discard the open transaction and everything known of the tables in it."""
+        self._tables.clear()
+        self._builtin.clear()
+        if self._conn.closed:
+            self._conn = connect(self.target_dsn)
+            self._setup()
+            return
+        try:
+            self._conn.rollback()
+        except psycopg.Error:
+            self._conn.close()
+            self._conn = connect(self.target_dsn)
+            self._setup()

@@ -1,0 +1,326 @@
+"""The conformance suite every materializer passes, parametrised by sink.
+
+Each sink comes with a small adapter reading its table state back as ``{key tuple: row tuple}``
+(for unkeyed tables: the sorted list of rows). The changes are made here, with the schemas the
+capture writes (``pg.*`` attributes included), and fed through the Sink protocol the way the
+consumer loop feeds it (write, flush; stored offsets at a restart); one test runs the real loop
+over a real topic. To add a materializer: add a factory and an adapter to ``SINKS``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pytest
+
+from materializers.core import Change, MemorySink, TableId
+from materializers.postgres import PostgresSink
+from materializers.postgres.ddl import qualified, quote
+from tests.support import fresh_database
+
+TOPIC, UNKEYED_TOPIC = "p.items", "p.log"
+ITEMS, LOG = TableId("public", "items"), TableId("public", "log")
+
+
+def _field(name: str, avro: Any, pg_type: str, notnull: bool = False) -> dict:
+    f = {"name": name, "type": ["null", avro], "default": None, "pg.name": name,
+         "pg.type": pg_type}
+    if notnull:
+        f["pg.notnull"] = True
+    return f
+
+
+ID = _field("id", "int", "integer", True)
+NAME = _field("name", "string", "text")
+PRICE = _field("price", {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2},
+               "numeric(10,2)")
+NOTE = _field("note", "string", "character varying(20)")
+
+
+def value_schema(table: TableId, fields: list[dict]) -> dict:
+    return {"type": "record", "name": table.table, "namespace": table.schema,
+            "pg.schema": table.schema, "pg.table": table.table, "fields": fields}
+
+
+KEY_SCHEMA = {"type": "record", "name": "items", "namespace": "public.key", "pg.schema": "public",
+              "pg.table": "items", "fields": [{**ID, "type": "int"}]}
+V1 = value_schema(ITEMS, [ID, NAME, PRICE])
+V2 = value_schema(ITEMS, [ID, NAME, PRICE, NOTE])  # note added
+V3 = value_schema(ITEMS, [ID, NAME, NOTE])  # price dropped
+LOG_SCHEMA = value_schema(LOG, [_field("at", "int", "integer"), NAME])
+SCHEMA_IDS = {id(V1): 101, id(V2): 102, id(V3): 103, id(LOG_SCHEMA): 201}
+
+
+class Stream:
+    """A table topic's messages, in order, as the loop turns them into changes."""
+
+    def __init__(self):
+        self.changes: list[Change] = []
+        self.offsets: dict[str, int] = {}
+
+    def _next(self, topic: str) -> int:
+        offset = self.offsets.get(topic, 0)
+        self.offsets[topic] = offset + 1
+        return offset
+
+    def upsert(self, id_: int, schema: dict = V1, **values) -> None:
+        row = {f["name"]: values.get(f["name"]) for f in schema["fields"]} | {"id": id_}
+        self.changes.append(Change(
+            topic=TOPIC, table=ITEMS, op="upsert", key={"id": id_}, value=row, partition=0,
+            offset=self._next(TOPIC), key_schema_id=100, value_schema_id=SCHEMA_IDS[id(schema)],
+            key_schema=KEY_SCHEMA, value_schema=schema))
+
+    def delete(self, id_: int) -> None:
+        self.changes.append(Change(
+            topic=TOPIC, table=ITEMS, op="delete", key={"id": id_}, value=None, partition=0,
+            offset=self._next(TOPIC), key_schema_id=100, key_schema=KEY_SCHEMA))
+
+    def log(self, at: int, name: str) -> None:
+        self.changes.append(Change(
+            topic=UNKEYED_TOPIC, table=LOG, op="upsert", key=None,
+            value={"at": at, "name": name}, partition=0, offset=self._next(UNKEYED_TOPIC),
+            value_schema_id=201, value_schema=LOG_SCHEMA))
+
+    def truncate(self, table: TableId = ITEMS, topic: str = TOPIC) -> None:
+        self.changes.append(Change(
+            topic=topic, table=table, op="truncate", key=None, value=None, partition=0,
+            offset=self._next("p._bottler.truncate"), barrier={0: self.offsets.get(topic, 0)}))
+
+
+def offsets_of(changes: Sequence[Change]) -> dict[tuple[str, int], int]:
+    out: dict[tuple[str, int], int] = {}
+    for c in changes:
+        topic = "p._bottler.truncate" if c.op == "truncate" else c.topic
+        out[(topic, c.partition)] = c.offset + 1
+    return out
+
+
+def feed(sink, changes: Sequence[Change], batch: int = 10_000) -> None:
+    """Write and flush ``changes`` in batches of ``batch``, as the loop does."""
+    for i in range(0, len(changes), batch):
+        part = changes[i:i + batch]
+        sink.write(part, offsets_of(part))
+        sink.flush()
+
+
+# -- sinks and their adapters ------------------------------------------------------------------
+
+
+@dataclass
+class Adapter:
+    make: Callable[[], Any]  # a sink on a fresh target
+    reopen: Callable[[Any], Any]  # a new sink on the same target (a restart)
+    keyed: Callable[[Any, TableId, Sequence[str]], dict]  # {key tuple: row tuple}
+    unkeyed: Callable[[Any, TableId, Sequence[str]], list]  # sorted row tuples
+
+
+def _memory_keyed(sink: MemorySink, table: TableId, columns: Sequence[str]) -> dict:
+    return {tuple(v for _, v in identity): tuple(row.get(c) for c in columns)
+            for identity, row in sink.rows(*table).items()}
+
+
+def _memory_unkeyed(sink: MemorySink, table: TableId, columns: Sequence[str]) -> list:
+    return sorted(tuple(row.get(c) for c in columns) for row in sink.rows(*table).values())
+
+
+def _pg_rows(sink: PostgresSink, table: TableId, columns: Sequence[str]) -> list[tuple]:
+    with psycopg.connect(sink.target_dsn) as conn:
+        if conn.execute("select to_regclass(%s)", (qualified(table),)).fetchone()[0] is None:
+            return []
+        cols = ", ".join(quote(c) for c in columns)
+        return conn.execute(f"select {cols} from {qualified(table)}").fetchall()
+
+
+def _pg_keyed(sink: PostgresSink, table: TableId, columns: Sequence[str]) -> dict:
+    return {(row[0],): tuple(row) for row in _pg_rows(sink, table, columns)}  # key: 1st column
+
+
+def _pg_unkeyed(sink: PostgresSink, table: TableId, columns: Sequence[str]) -> list:
+    return sorted(_pg_rows(sink, table, columns))
+
+
+@pytest.fixture(params=["memory", "postgres"])
+def adapter(request) -> Iterator[Adapter]:
+    with ExitStack() as cleanup:
+        if request.param == "memory":
+            yield Adapter(MemorySink, lambda sink: sink, _memory_keyed, _memory_unkeyed)
+            return
+        stack = request.getfixturevalue("stack")
+        sinks: list[PostgresSink] = []
+
+        def make(dsn: str | None = None, group: str | None = None) -> PostgresSink:
+            dsn = dsn or cleanup.enter_context(fresh_database(stack.pg_dsn))
+            sink = PostgresSink(dsn, group or f"g-{uuid.uuid4().hex[:8]}")
+            sinks.append(sink)
+            return sink
+
+        def reopen(old: PostgresSink) -> PostgresSink:
+            old.close()  # the process died: its open transaction is gone with its connection
+            return make(old.target_dsn, old.group_id)
+
+        yield Adapter(make, reopen, _pg_keyed, _pg_unkeyed)
+        for sink in sinks:
+            sink.close()
+
+
+COLUMNS = ("id", "name", "price")
+
+
+def history() -> Stream:
+    s = Stream()
+    for i in range(1, 21):
+        s.upsert(i, name=f"item {i}", price=Decimal(i) / 4)
+    for n in range(30):
+        s.upsert(3, name=f"three v{n}", price=Decimal("0.01") * n)
+    for i in range(10, 16):
+        s.delete(i)
+    s.delete(999)  # a delete of a row never seen
+    s.upsert(12, name="back", price=None)
+    for at in range(5):
+        s.log(at, "x")  # the same row text five times: five rows
+    return s
+
+
+def expected_items() -> dict:
+    rows = {(i,): (i, f"item {i}", Decimal(i) / 4) for i in range(1, 21) if not 10 <= i < 16}
+    rows[(3,)] = (3, "three v29", Decimal("0.29"))
+    rows[(12,)] = (12, "back", None)
+    return rows
+
+
+# -- the suite -------------------------------------------------------------------------------
+
+
+def test_rebuild_from_zero_equals_running_all_along(adapter):
+    changes = history().changes
+    along, rebuilt = adapter.make(), adapter.make()
+    feed(along, changes, batch=3)  # small batches, many flushes, as if live
+    feed(rebuilt, changes)  # one big batch from offset zero
+    assert adapter.keyed(along, ITEMS, COLUMNS) == adapter.keyed(rebuilt, ITEMS, COLUMNS) \
+        == expected_items()
+    assert adapter.unkeyed(along, LOG, ("at", "name")) == \
+        adapter.unkeyed(rebuilt, LOG, ("at", "name")) == [(at, "x") for at in range(5)]
+
+
+def test_replaying_a_range_is_harmless_and_offsets_are_stored_with_the_data(adapter):
+    changes = [c for c in history().changes if c.table == ITEMS]
+    sink = adapter.make()
+    feed(sink, changes, batch=7)
+    again = adapter.reopen(sink)
+    stored = again.stored_offsets([(TOPIC, 0), ("other", 0)])
+    assert stored == {(TOPIC, 0): len(changes)}
+    for start in (0, 17, len(changes) - 3):  # at-least-once: replay from an earlier offset
+        feed(again, changes[start:], batch=5)
+        assert adapter.keyed(again, ITEMS, COLUMNS) == expected_items()
+
+
+def test_an_unflushed_batch_is_discarded_at_restart(adapter):
+    s = history()
+    sink = adapter.make()
+    feed(sink, s.changes)
+    more = Stream()
+    more.offsets = dict(s.offsets)
+    more.upsert(1, name="never flushed")
+    more.log(99, "never flushed")
+    sink.write(more.changes, offsets_of(more.changes))  # the process dies before flush()
+    again = adapter.reopen(sink)
+    assert again.stored_offsets([(TOPIC, 0)]) == {(TOPIC, 0): s.offsets[TOPIC]}
+    assert adapter.keyed(again, ITEMS, COLUMNS)[(1,)] == (1, "item 1", Decimal("0.25"))
+    feed(again, more.changes)  # replayed after the restart: applied once
+    assert adapter.keyed(again, ITEMS, COLUMNS)[(1,)] == (1, "never flushed", None)
+    assert adapter.unkeyed(again, LOG, ("at", "name")).count((99, "never flushed")) == 1
+
+
+def test_deletes_are_honoured_and_the_last_update_wins_within_and_across_batches(adapter):
+    s = Stream()
+    s.upsert(1, name="a")
+    s.delete(1)
+    s.upsert(2, name="b")
+    s.upsert(1, name="again")  # re-inserted after its delete, same batch
+    s.upsert(3, name="c")
+    s.delete(3)
+    for n in range(100):
+        s.upsert(4, name=f"v{n}", price=Decimal(n))
+    for batch in (1, 4, 1000):
+        sink = adapter.make()
+        feed(sink, s.changes, batch=batch)
+        assert adapter.keyed(sink, ITEMS, COLUMNS) == {
+            (1,): (1, "again", None), (2,): (2, "b", None), (4,): (4, "v99", Decimal(99))}
+
+
+def test_added_and_dropped_columns_flow_through(adapter):
+    s = Stream()
+    s.upsert(1, V1, name="one", price=Decimal("1.50"))
+    s.upsert(2, V1, name="two", price=Decimal("2.50"))
+    s.upsert(2, V2, name="two", price=Decimal("2.50"), note="noted")  # ADD COLUMN note
+    s.upsert(3, V2, name="three", price=Decimal("3"), note="n3")
+    s.upsert(3, V3, name="three", note="n3 again")  # DROP COLUMN price
+    s.upsert(4, V3, name="four", note=None)
+    for batch in (1, 2, 100):
+        sink = adapter.make()
+        feed(sink, s.changes, batch=batch)
+        state = adapter.keyed(sink, ITEMS, ("id", "name", "note"))
+        assert state == {(1,): (1, "one", None), (2,): (2, "two", "noted"),
+                         (3,): (3, "three", "n3 again"), (4,): (4, "four", None)}
+        if isinstance(sink, PostgresSink):
+            with psycopg.connect(sink.target_dsn) as conn:
+                columns = [r[0] for r in conn.execute(
+                    "select attname from pg_attribute where attrelid = 'items'::regclass"
+                    " and attnum > 0 and not attisdropped order by attnum")]
+            assert columns == ["id", "name", "note"]
+
+
+def test_truncate_empties_the_table_and_keeps_what_comes_after(adapter):
+    s = Stream()
+    for i in range(10):
+        s.upsert(i, name="before")
+    s.log(1, "before")
+    s.truncate()
+    s.upsert(5, name="after")
+    s.truncate(LOG, UNKEYED_TOPIC)
+    s.log(2, "after")
+    for batch in (1, 3, 100):
+        sink = adapter.make()
+        feed(sink, s.changes, batch=batch)
+        assert adapter.keyed(sink, ITEMS, COLUMNS) == {(5,): (5, "after", None)}
+        assert adapter.unkeyed(sink, LOG, ("at", "name")) == [(2, "after")]
+        empty = Stream()
+        empty.truncate(TableId("public", "never_seen"), "p.never_seen")
+        feed(sink, empty.changes)  # a truncate of a table the target never had: harmless
+
+
+def test_unkeyed_tables_append_every_upsert(adapter):
+    s = Stream()
+    s.log(1, "a")
+    s.log(1, "a")  # a duplicate row is a second row, as in the source
+    s.log(2, "b")
+    sink = adapter.make()
+    feed(sink, s.changes, batch=2)
+    assert adapter.unkeyed(sink, LOG, ("at", "name")) == [(1, "a"), (1, "a"), (2, "b")]
+
+
+def test_the_consumer_loop_rebuilds_what_ran_all_along(adapter, stack):
+    from tests.test_materializer_core import Topic
+
+    topic = Topic(stack)
+    for i in range(20):
+        topic.put(i, f"v{i}")
+    along = adapter.make()
+    topic.materializer(along, batch_size=7).run_until_caught_up(timeout=60)
+    for i in range(5):
+        topic.put(i, None)  # deletes
+    topic.put(7, "seven again")
+    topic.truncate()
+    topic.put(8, "after the truncate")
+    topic.materializer(along, group=getattr(along, "group_id", None)).run_until_caught_up(60)
+    fresh = adapter.make()
+    topic.materializer(fresh).run_until_caught_up(timeout=60)
+    table = TableId("public", "t")
+    assert adapter.keyed(along, table, ("id", "v")) == adapter.keyed(fresh, table, ("id", "v")) \
+        == {(8,): (8, "after the truncate")}
