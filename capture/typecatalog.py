@@ -32,7 +32,8 @@ _MULTIRANGE_OF = "(select m.rngtypid from pg_catalog.pg_range m where m.rngmulti
 
 _COLUMNS_SQL = """
 select a.attname::text, a.atttypid, a.atttypmod, a.attnotnull, a.attndims,
-       pg_catalog.format_type(a.atttypid, a.atttypmod), a.attgenerated <> ''
+       pg_catalog.format_type(a.atttypid, a.atttypmod), a.attgenerated <> '',
+       case when a.atthasmissing then (a.attmissingval::text::text[])[1] end
 from pg_catalog.pg_attribute a
 where a.attrelid = %s and a.attnum > 0 and not a.attisdropped
 order by a.attnum
@@ -132,7 +133,8 @@ def load_columns(
             ndims=ndims,
             formatted=formatted,
             generated=bool(generated),
+            missing=missing,
         )
-        for name, typid, typmod, not_null, ndims, formatted, generated in rows
+        for name, typid, typmod, not_null, ndims, formatted, generated, missing in rows
         if include_generated or not generated
     ]

@@ -83,6 +83,8 @@ def _field(column: Column, name: str, codec: Codec, defined: set[str], key: bool
     field["pg.type"] = column.formatted or column.type.name
     if column.not_null:
         field["pg.notnull"] = True
+    if column.missing is not None:
+        field["pg.missing"] = column.missing  # what rows older than the column hold
     return field
 
 

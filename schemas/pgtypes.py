@@ -128,6 +128,9 @@ class Column:
     ndims: int = 0
     formatted: str = ""
     generated: bool = False
+    # The text of the value that rows older than the column read (ADD COLUMN with a non-volatile
+    # default: pg_attribute.attmissingval). Those rows never pass through the WAL again.
+    missing: str | None = None
 
 
 class TypeConversionError(ValueError):

@@ -42,6 +42,9 @@ def freeze(value: Any) -> Any:
     """A hashable form of a decoded Avro value (dicts and lists become sorted tuples and tuples):
     how a key dict becomes a dictionary key."""
     if isinstance(value, dict):
+        if len(value) == 1:  # the usual one-column key: no sort, no generator
+            for k, v in value.items():
+                return ((k, freeze(v) if isinstance(v, dict | list) else v),)
         return tuple(sorted((k, freeze(v)) for k, v in value.items()))
     if isinstance(value, list):
         return tuple(freeze(v) for v in value)

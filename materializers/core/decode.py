@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,17 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from schemas.avro_schema import without_logical_types
 from schemas.serde import split
+
+_FRAME = 5  # Confluent's framing: magic byte 0, then the schema id (4 bytes, big-endian)
+_ID = struct.Struct(">I")
+reader = fastavro.schemaless_reader
+
+
+def split_id(data: bytes) -> int:
+    """The schema id of a framed message (ValueError as :func:`schemas.serde.split` raises)."""
+    if len(data) < _FRAME or data[0] != 0:
+        split(data)  # raises with its message
+    return _ID.unpack_from(data, 1)[0]
 
 
 class DecodeError(Exception):
@@ -61,19 +73,20 @@ class Decoder:
     def decode(self, data: bytes) -> tuple[WriterSchema, Any]:
         """(writer schema, decoded datum) of one framed message."""
         try:
-            schema_id, body = split(data)
+            schema_id = split_id(data)
         except ValueError as exc:
             raise DecodeError(str(exc)) from None
-        writer = self.schema(schema_id)
-        buffer = io.BytesIO(body)
+        writer = self._schemas.get(schema_id) or self.schema(schema_id)
+        buffer = io.BytesIO(data)
+        buffer.seek(_FRAME)  # the body, without copying it
         try:
-            datum = fastavro.schemaless_reader(buffer, writer.parsed, None)
+            datum = reader(buffer, writer.parsed, None)
         except Exception as exc:  # noqa: BLE001 - any failure of the body is a poison message
             raise DecodeError(
                 f"the body does not match schema id {schema_id}: {type(exc).__name__}: {exc}"
             ) from None
-        if buffer.tell() != len(body):
+        if buffer.tell() != len(data):
             raise DecodeError(
-                f"{len(body) - buffer.tell()} bytes left after decoding with schema id {schema_id}"
+                f"{len(data) - buffer.tell()} bytes left after decoding with schema id {schema_id}"
             )
         return writer, datum

@@ -1,6 +1,8 @@
 """The consumer loop every materializer runs: topics → decoded changes → sink → commit.
 
-Per batch: consume up to ``batch_size`` messages (or what arrives within ``batch_timeout``),
+Per batch: consume up to ``batch_size`` messages (or what arrives within ``batch_timeout``; once
+caught up and while batches are not full, within ``live_batch_timeout``, so that a change waits
+for its batch at most that long),
 decode them, ``sink.write(changes, offsets)``, ``sink.flush()``, and only then commit the
 consumer offsets. A failed write or flush raises out of :meth:`Materializer.run` with nothing
 committed: the next run replays the batch (sinks are idempotent).
@@ -40,6 +42,7 @@ from schemas.topics import CONTROL, DEAD_LETTER, TRUNCATE, with_prefix
 log = logging.getLogger(__name__)
 
 PoisonPolicy = Literal["dead-letter", "stop"]
+DISCOVERY_INTERVAL = 5.0  # seconds between looks for new table topics
 
 
 class PoisonMessage(BottlerError):
@@ -57,11 +60,12 @@ class PoisonMessage(BottlerError):
 class Materializer:
     """Feeds a :class:`~materializers.core.sink.Sink` from table topics.
 
-    Subscribes to ``topics`` (a list of table topics) or, without it, to every topic under
-    ``prefix`` (the capture's ``--topic-prefix``; regex ``^<prefix>\\..*``, or ``pattern`` to
-    give the regex yourself), plus the prefix's ``_bottler.truncate`` control topic. Other
-    ``_bottler.*`` topics are never assigned. Assumes it is the only member of its consumer
-    group ``group_id`` (a truncate moves every partition of its table topic).
+    Reads ``topics`` (a list of table topics) or, without it, every topic under ``prefix`` (the
+    capture's ``--topic-prefix``; regex ``^<prefix>\\..*``, or ``pattern`` to give the regex
+    yourself; new ones are picked up every few seconds), plus the prefix's ``_bottler.truncate``
+    control topic. Other ``_bottler.*`` topics are never read. Partitions are assigned by hand,
+    all to this one process (a truncate moves every partition of its table topic); the consumer
+    group ``group_id`` only keeps committed offsets, for sinks that do not store their own.
 
     ``on_poison``: ``"dead-letter"`` sends an undecodable message, or one the sink rejects with
     :class:`RejectedChange`, to ``<prefix>._bottler.dead-letter`` (original key and value, the
@@ -81,6 +85,7 @@ class Materializer:
         on_poison: PoisonPolicy = "dead-letter",
         batch_size: int = 5000,
         batch_timeout: float = 0.5,
+        live_batch_timeout: float = 0.05,
         watermark_interval: float = 1.0,
         progress: bool | None = None,
         consumer_config: dict[str, Any] | None = None,
@@ -94,6 +99,10 @@ class Materializer:
         self.on_poison = on_poison
         self.batch_size = batch_size
         self.batch_timeout = batch_timeout
+        self.live_batch_timeout = live_batch_timeout
+        self._keeping_up = False  # the last batch was not full
+        self._sink_keeps_offsets = False
+        self._pending_commit: dict[TopicPartition, int] = {}  # committed asynchronously
         self.watermark_interval = watermark_interval
         self.name = name or group_id
         self.prefix = prefix
@@ -102,12 +111,10 @@ class Materializer:
         self._control = with_prefix(prefix, CONTROL)
         self.topics = list(topics) if topics is not None else None
         if self.topics is not None:
-            self._subscription = [*self.topics, self.truncate_topic]
             self._regex = None
         else:
             if pattern is None:
                 pattern = f"^{re.escape(prefix)}\\..*" if prefix else "^[^_].*"
-            self._subscription = [pattern, self.truncate_topic]
             self._regex = re.compile(pattern)
         self._consumer_config = {
             "bootstrap.servers": bootstrap,
@@ -119,6 +126,7 @@ class Materializer:
             **(consumer_config or {}),
         }
         self.decoder = Decoder(registry)
+        self._tables: dict[int, TableId] = {}  # writer schema id -> its table
         self.tracker = LagTracker(self.name)
         self.progress = sys.stderr.isatty() if progress is None else progress
         self._consumer: Consumer | None = None
@@ -127,8 +135,8 @@ class Materializer:
         self._position: dict[TopicPartition, int] = {}
         self._assigned: set[TopicPartition] = set()
         self._rebuilding = False
-        self._closing = False
         self._next_watermarks = 0.0
+        self._next_discovery = 0.0
         self._bar: Any = None
 
     # -- public API ---------------------------------------------------------------------
@@ -179,10 +187,28 @@ class Materializer:
         self.tracker.revoke(self.tracker.partitions)  # lag() keeps its last value until here
         self.caught_up.clear()
         self._consumer = Consumer(self._consumer_config)
-        self._consumer.subscribe(
-            self._subscription, on_assign=self._on_assign, on_revoke=self._on_revoke,
-            on_lost=self._on_revoke,
-        )
+        self._next_discovery = 0.0
+        self._discover()
+
+    def _discover(self) -> None:
+        """Assign the partitions of matching topics not assigned yet: at start, then now and
+        then for tables created later. Partitions are assigned by hand, not through a group
+        rebalance: the sink knows where to start, and a killed predecessor still counted as a
+        group member would otherwise hold the new process back until its session expired."""
+        now = time.monotonic()
+        if now < self._next_discovery:
+            return
+        self._next_discovery = now + DISCOVERY_INTERVAL
+        metadata = self._consumer.list_topics(timeout=10)
+        new = [
+            KafkaTopicPartition(topic, p)
+            for topic, meta in metadata.topics.items()
+            if topic == self.truncate_topic or self.is_table_topic(topic)
+            for p in meta.partitions
+            if (topic, p) not in self._assigned
+        ]
+        if new:
+            self._on_assign(self._consumer, new)
 
     def _close(self) -> None:
         if self._bar is not None:
@@ -191,13 +217,20 @@ class Materializer:
         if self._producer is not None:
             self._producer.flush(10)
             self._producer = None
+        if self._consumer is not None and self._pending_commit:
+            pending = [KafkaTopicPartition(t, p, o) for (t, p), o in self._pending_commit.items()
+                       if (t, p) in self._assigned]
+            self._pending_commit.clear()
+            if pending:
+                try:
+                    self._consumer.commit(offsets=pending, asynchronous=False)
+                except KafkaException as exc:
+                    log.warning("%s: committing consumer offsets failed: %s", self.name, exc)
         if self._consumer is not None:
-            self._closing = True  # close() revokes: keep the last lag for lag()
             try:
                 self._consumer.close()
             finally:
                 self._consumer = None
-                self._closing = False
         self._assigned.clear()
 
     def _on_assign(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
@@ -214,25 +247,25 @@ class Materializer:
             start = {k: stored.get(k, 0) for k in keys}
         for tp in wanted:
             tp.offset = start[(tp.topic, tp.partition)]
-        consumer.assign(wanted)
-        self._assigned = set(keys)
+        consumer.incremental_assign(wanted)
+        self._assigned |= set(keys)
         self._position.update(start)
         self.tracker.assign(start)
+        self._sink_keeps_offsets = stored is not None
         self._rebuilding = bool(start) and not any(start.values())
         self._next_watermarks = 0.0
         log.info("%s: assigned %d partitions%s", self.name, len(keys),
                  " (rebuilding from offset 0)" if self._rebuilding else "")
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
-        keys = [(tp.topic, tp.partition) for tp in partitions]
-        if not self._closing:
-            self.tracker.revoke(keys)
-        self._assigned.difference_update(keys)
-
     def step(self) -> None:
         """One batch: consume, decode, write, flush, commit; then refresh lag."""
         assert self._consumer is not None, "run() opens the consumer"
-        messages = self._consumer.consume(self.batch_size, self.batch_timeout)
+        timeout = self.batch_timeout
+        if self._keeping_up and self.caught_up.is_set():
+            timeout = min(timeout, self.live_batch_timeout)
+        self._discover()
+        messages = self._consumer.consume(self.batch_size, timeout)
+        self._keeping_up = len(messages) < self.batch_size
         self._process(messages)
         self._refresh_watermarks(force=len(messages) < self.batch_size)
         self.tracker.check()
@@ -274,27 +307,32 @@ class Materializer:
 
     def _change(self, msg: Message) -> Change | None:
         key, value = msg.key(), msg.value()
+        decode = self.decoder.decode
         try:
-            kschema, kdatum = self.decoder.decode(key) if key is not None else (None, None)
-            vschema, vdatum = self.decoder.decode(value) if value is not None else (None, None)
+            kschema, kdatum = decode(key) if key is not None else (None, None)
+            vschema, vdatum = decode(value) if value is not None else (None, None)
             if kschema is None and vschema is None:
                 raise DecodeError("a message with neither key nor value")
-            for datum in (kdatum, vdatum):
-                if datum is not None and not isinstance(datum, dict):
-                    raise DecodeError(f"not an Avro record: {type(datum).__name__}")
+            if (kdatum is not None and kdatum.__class__ is not dict) or (
+                    vdatum is not None and vdatum.__class__ is not dict):
+                for datum in (kdatum, vdatum):
+                    if datum is not None and not isinstance(datum, dict):
+                        raise DecodeError(f"not an Avro record: {type(datum).__name__}")
         except DecodeError as exc:
             self._poison(msg, str(exc), "DecodeError")
             return None
         writer = vschema if vschema is not None else kschema
+        table = self._tables.get(writer.id)
+        if table is None:
+            table = self._tables[writer.id] = table_of(writer.schema)
         return Change(
-            topic=msg.topic(), table=table_of(writer.schema),
-            op="upsert" if vdatum is not None else "delete",
-            key=kdatum, value=vdatum, partition=msg.partition(), offset=msg.offset(),
-            key_schema_id=kschema.id if kschema else None,
-            value_schema_id=vschema.id if vschema else None,
-            key_schema=kschema.schema if kschema else None,
-            value_schema=vschema.schema if vschema else None,
-            timestamp=msg.timestamp()[1],
+            msg.topic(), table, "upsert" if vdatum is not None else "delete",
+            kdatum, vdatum, msg.partition(), msg.offset(),
+            kschema.id if kschema else None,
+            vschema.id if vschema else None,
+            kschema.schema if kschema else None,
+            vschema.schema if vschema else None,
+            None, msg.timestamp()[1],
         )
 
     def _truncate(self, msg, position, moved, stale) -> Change | None:
@@ -347,10 +385,16 @@ class Materializer:
             if (t, p) in self._assigned
         ]
         if assigned:
+            # A sink that keeps offsets with its data restarts from those: the group's commit
+            # is then informative and need not hold up the next batch (a round trip to the
+            # broker); the last one is made synchronously when the consumer closes.
+            keeps = self._sink_keeps_offsets
             try:
-                self._consumer.commit(offsets=assigned, asynchronous=False)
+                self._consumer.commit(offsets=assigned, asynchronous=keeps)
             except KafkaException as exc:  # the data and (where kept) offsets are durable
                 log.warning("%s: committing consumer offsets failed: %s", self.name, exc)
+            if keeps:
+                self._pending_commit.update(offsets)
         metrics.BATCHES.labels(self.name).inc()
         counts: dict[str, int] = {}
         for change in remaining:

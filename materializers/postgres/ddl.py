@@ -63,6 +63,7 @@ class ColumnShape:
     type: str  # PostgreSQL type text, as format_type prints it
     not_null: bool = False
     field: str = ""  # the Avro field name (empty for a shape read from the catalog)
+    missing: str | None = None  # ``pg.missing``: the value of rows older than the column
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def desired_shape(value_schema: dict, key_schema: dict | None,
     ``pg.notnull``), the key schema's fields as primary key."""
     columns = tuple(
         ColumnShape(f.get("pg.name", f["name"]), target_type(f), bool(f.get("pg.notnull")),
-                    f["name"])
+                    f["name"], f.get("pg.missing"))
         for f in value_schema["fields"]
     )
     key: tuple[str, ...] = ()
@@ -90,7 +91,8 @@ def desired_shape(value_schema: dict, key_schema: dict | None,
                     for f in key_schema["fields"])
         # key columns are NOT NULL whatever the value schema says
         columns = tuple(
-            ColumnShape(c.name, c.type, True, c.field) if c.name in key else c for c in columns
+            ColumnShape(c.name, c.type, True, c.field, c.missing) if c.name in key else c
+            for c in columns
         )
     return TableShape(columns, key)
 
@@ -139,7 +141,8 @@ def create_statements(table: TableId, shape: TableShape) -> list[str]:
 
 def evolve_statements(table: TableId, existing: TableShape, desired: TableShape) -> list[str]:
     """``ALTER TABLE`` statements taking ``existing`` to ``desired``: dropped columns dropped,
-    new ones added (nullable: the rows already there have no value for them), type changes
+    new ones added (nullable; the rows already there get the source's ``pg.missing`` value, the
+    one its older rows read for a column added with a default, else NULL), type changes
     through ``USING col::text::newtype``, NOT NULL dropped where the source dropped it (set only
     at creation). A renamed column is a drop plus an add. The primary key is kept."""
     name = qualified(table)
@@ -153,7 +156,13 @@ def evolve_statements(table: TableId, existing: TableShape, desired: TableShape)
         current = have.get(column.name)
         col = quote(column.name)
         if current is None:
-            out.append(f"alter table {name} add column {col} {column.type}")
+            if column.missing is None:
+                out.append(f"alter table {name} add column {col} {column.type}")
+            else:  # the rows already there take the source's value, as the source's rows did
+                literal = "'" + column.missing.replace("'", "''") + "'"
+                out.append(f"alter table {name} add column {col} {column.type}"
+                           f" default {literal}::{column.type}")
+                out.append(f"alter table {name} alter column {col} drop default")
             continue
         if current.type != column.type:
             out.append(f"alter table {name} alter column {col} type {column.type}"

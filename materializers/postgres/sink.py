@@ -45,6 +45,8 @@ from schemas.pgtypes import session_statements
 
 log = logging.getLogger(__name__)
 
+_DIGITS_ONLY = {str}  # converters whose text never needs COPY escapes (ints: digits, '-')
+
 OFFSETS_DDL = [
     "create schema if not exists bottler",
     "create table if not exists bottler.offsets (group_id text not null, topic text not null,"
@@ -218,21 +220,28 @@ class PostgresSink:
         names = [col for _, col, _ in fields]
         if delete_flag:
             names.append(_OP)
+        line = _line_function(fields, delete_flag)
         lines = []
         append = lines.append
-        for change in changes:
-            row = change.value if change.op == "upsert" else change.key
-            parts = []
-            try:
-                for name, _, convert in fields:
-                    v = row.get(name)
-                    parts.append("\\N" if v is None else copy_escape(convert(v)))
-            except Exception as exc:  # noqa: BLE001 - a value the target cannot be given
-                raise RejectedChange(change, f"cannot convert {name}: {exc!r}") from exc
-            if delete_flag:
-                parts.append("t" if change.op == "delete" else "f")
-            append("\t".join(parts))
-        data = "\n".join(lines) + "\n"
+        try:
+            for change in changes:
+                if change.op == "upsert":
+                    append(line(change.value, "f"))
+                else:
+                    append(line(change.key, "t"))
+        except Exception:  # noqa: BLE001 - find the value the target cannot be given
+            for change in changes:
+                row = change.value if change.op == "upsert" else change.key
+                try:
+                    for name, _, convert in fields:
+                        v = row.get(name)
+                        if v is not None:
+                            copy_escape(convert(v))
+                except Exception as exc:  # noqa: BLE001
+                    raise RejectedChange(change, f"cannot convert {name}: {exc!r}") from exc
+            raise
+        lines.append("")
+        data = "\n".join(lines)
         with self._conn.cursor() as cur, cur.copy(
             f"copy {into} ({', '.join(quote(n) for n in names)}) from stdin"
         ) as copy:
@@ -349,3 +358,35 @@ class PostgresSink:
             self._conn.close()
             self._conn = connect(self.target_dsn)
             self._setup()
+
+
+_LINES: dict[tuple, Any] = {}
+
+
+def _line_function(fields: Sequence[tuple[str, str, Converter]], delete_flag: bool):
+    """``(row, flag) -> one line of COPY text`` (without its newline) for ``fields``, generated
+    once per field list: each value converted and escaped, None as ``\\N``, then ``flag``
+    (``t`` for a delete) when ``delete_flag``. Raises whatever a converter raises."""
+    key = (tuple((name, convert) for name, _, convert in fields), delete_flag)
+    found = _LINES.get(key)
+    if found is not None:
+        return found
+    env: dict[str, Any] = {"esc": copy_escape}
+    body = ["def line(row, flag):", "    get = row.get"]
+    parts = []
+    for i, (name, _, convert) in enumerate(fields):
+        env[f"c{i}"] = convert
+        env[f"n{i}"] = name
+        text = f"c{i}(v)" if convert in _DIGITS_ONLY else f"esc(c{i}(v))"
+        body.append(f"    v = get(n{i})")
+        body.append(f"    p{i} = '\\\\N' if v is None else {text}")
+        parts.append(f"p{i}")
+    if delete_flag:
+        parts.append("flag")
+    body.append("    return '\\t'.join((" + ", ".join(parts) + ("," if len(parts) == 1 else "")
+                + "))")
+    exec("\n".join(body), env)  # noqa: S102 - generated from the field list above
+    if len(_LINES) > 1000:
+        _LINES.clear()
+    _LINES[key] = found = env["line"]
+    return found

@@ -15,6 +15,7 @@ from pathlib import Path
 from compose.stack import isolated_stack
 from tests.bench import ceilings, data, pyspy
 from tests.bench.latency import latency
+from tests.bench.replica import replica
 from tests.bench.report import Figure, Target, code_line, machine_line, print_report
 from tests.bench.snapshot import snapshot
 from tests.bench.stream import StreamBench
@@ -40,6 +41,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", type=int, default=ROWS, help=f"rows per table [{ROWS:,}]")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="sample the capture with py-spy into DIR (see tests/bench/pyspy.py)")
+    parser.add_argument("--replica-only", action="store_true",
+                        help="only the target-Postgres replica's figures (and their ceiling)")
     args = parser.parse_args(argv)
     rows = args.rows
     header = [code_line(), machine_line() + " at the start"]
@@ -56,6 +59,13 @@ def main(argv: list[str] | None = None) -> None:
         data.create_table(ep.pg_dsn, SNAPSHOT_TABLE)
         data.fill(ep.pg_dsn, SNAPSHOT_TABLE, 1, rows)
         data.vacuum(ep.pg_dsn, SNAPSHOT_TABLE)
+
+        if args.replica_only:
+            figures += _replica(ep, env, rows, cpu_roots, args.profile)
+            print_report(figures, header)
+            for summary in pyspy.summaries():
+                print("\n" + summary)
+            return
 
         say("decode ceiling, catch-up (pg_recvlogical --endpos)")
         decode_catch_up = ceilings.decode_catch_up(ep.pg_dsn, DECODE_TABLE, rows, TRANSACTIONS)
@@ -101,12 +111,19 @@ def main(argv: list[str] | None = None) -> None:
                        + " MB (VmHWM of each, summed: shared pages count once per process); "
                        f"peak PSS of them together, as sampled: {capture.peak_pss_mb:.0f} MB"],
             ))
+        figures += _replica(ep, env, rows, cpu_roots, args.profile)
         say("broker ceiling")
         figures.append(ceilings.broker_produce(ep.kafka, cpu_roots["broker"]))
     header.append(machine_line() + f" at the end; {time.monotonic() - started:.0f} s in all")
     print_report(figures, header)
     for summary in pyspy.summaries():
         print("\n" + summary)
+
+
+def _replica(ep, env, rows, cpu_roots, profile) -> list[Figure]:
+    """The replica on the snapshot's table: its ceiling, its rebuild, its lag."""
+    return replica(ep.pg_dsn, ep.kafka, env, SNAPSHOT_TABLE, rows, rows + 1, LATENCY_RATE,
+                   LATENCY_SECONDS, cpu_roots, profile)
 
 
 if __name__ == "__main__":
