@@ -103,30 +103,26 @@ def registry(root: Path, port: int, kafka_port: int) -> Service:
     )
 
 
+def _app(root: Path, name: str, command: list[str], env: dict[str, str],
+         metrics_port: int) -> Service:
+    """A `bottler` command run as a stack app: ready once its Prometheus endpoint answers;
+    endpoints and secrets come through ``env``."""
+    return Service(
+        name=name,
+        argv=[sys.executable, "-m", "bottler", *command, "--metrics-port", str(metrics_port)],
+        marker="bottler " + " ".join(command),  # identifies the process behind a PID
+        ready=http_ok(f"http://127.0.0.1:{metrics_port}/metrics"),
+        pidfile=root / "run" / f"{name}.pid",
+        log=root / "logs" / f"{name}.log",
+        env=env,
+    )
+
 
 def capture(root: Path, env: dict[str, str], metrics_port: int) -> Service:
     """The capture of the stack's database into its broker (slot `bottler`)."""
-    return Service(
-        name="capture",
-        argv=[sys.executable, "-m", "bottler", "capture", "--slot", "bottler",
-              "--metrics-port", str(metrics_port)],
-        marker="bottler capture",
-        ready=http_ok(f"http://127.0.0.1:{metrics_port}/metrics"),
-        pidfile=root / "run" / "capture.pid",
-        log=root / "logs" / "capture.log",
-        env=env,
-    )
+    return _app(root, "capture", ["capture", "--slot", "bottler"], env, metrics_port)
 
 
 def replica(root: Path, env: dict[str, str], metrics_port: int) -> Service:
     """The target-Postgres replica of the captured topics (database `replica` of the stack)."""
-    return Service(
-        name="replica",
-        argv=[sys.executable, "-m", "bottler", "materialize", "postgres",
-              "--metrics-port", str(metrics_port)],
-        marker="bottler materialize postgres",
-        ready=http_ok(f"http://127.0.0.1:{metrics_port}/metrics"),
-        pidfile=root / "run" / "replica.pid",
-        log=root / "logs" / "replica.log",
-        env=env,
-    )
+    return _app(root, "replica", ["materialize", "postgres"], env, metrics_port)

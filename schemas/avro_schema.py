@@ -103,32 +103,22 @@ def record_schemas(
     namespace = sanitize_name(namespace_schema)
     record = sanitize_name(table)
 
-    defined = {f"{namespace}.{record}"}
-    value = {
-        "type": "record",
-        "name": record,
-        "namespace": namespace,
-        "pg.schema": namespace_schema,
-        "pg.table": table,
-        "fields": [
-            _field(c, n, k, defined, key=False)
-            for c, n, k in zip(columns, names, codecs, strict=True)
-        ],
-    }
+
+    def record_in(ns: str, positions: Iterable[int], key: bool) -> dict:
+        defined = {f"{ns}.{record}"}  # named types are defined once per record schema
+        return {
+            "type": "record",
+            "name": record,
+            "namespace": ns,
+            "pg.schema": namespace_schema,
+            "pg.table": table,
+            "fields": [_field(columns[i], names[i], codecs[i], defined, key) for i in positions],
+        }
+
+    value = record_in(namespace, range(len(columns)), key=False)
     if not key_columns:
         return None, value
-
-    positions = _positions(columns, key_columns)
-    key_namespace = f"{namespace}.key"
-    defined = {f"{key_namespace}.{record}"}
-    key = {
-        "type": "record",
-        "name": record,
-        "namespace": key_namespace,
-        "pg.schema": namespace_schema,
-        "pg.table": table,
-        "fields": [_field(columns[i], names[i], codecs[i], defined, key=True) for i in positions],
-    }
+    key = record_in(f"{namespace}.key", _positions(columns, key_columns), key=True)
     return key, value
 
 
