@@ -31,18 +31,26 @@ MAX_BATCH = 25  # rows per round trip at most, should a writer fall behind
 DRAIN_TIMEOUT = 60  # seconds for the last messages to arrive
 
 
+def start_observer(target, args: tuple, total: int, seconds: float, what: str):
+    """Run ``target(*args, total, ready, results, timeout)`` in its own process, which watches
+    for the load's ``total`` rows; return it and its results queue once it is ready."""
+    ctx = mp.get_context("spawn")
+    ready, results = ctx.Event(), ctx.Queue()
+    proc = ctx.Process(target=target, args=(
+        *args, total, ready, results, seconds + DRAIN_TIMEOUT + 30,
+    ), daemon=True)
+    proc.start()
+    if not ready.wait(60):
+        raise RuntimeError(f"the {what} did not start")
+    return proc, results
+
+
 def latency(dsn: str, bootstrap: str, table: str, topic: str, first_id: int, rate: float,
             seconds: float, capture: CaptureProcess,
             cpu_roots: dict[str, int | None]) -> list[Figure]:
-    ctx = mp.get_context("spawn")
-    ready, results = ctx.Event(), ctx.Queue()
     total = int(rate * seconds)
-    consumer = ctx.Process(target=consume, args=(
-        bootstrap, topic, first_id, total, ready, results, seconds + DRAIN_TIMEOUT + 30,
-    ), daemon=True)
-    consumer.start()
-    if not ready.wait(60):
-        raise RuntimeError("the latency consumer did not start")
+    consumer, results = start_observer(consume, (bootstrap, topic, first_id), total, seconds,
+                                       "latency consumer")
     meter = CpuMeter({**cpu_roots, "capture": capture.pid}).start()
     committed, started, ended = write(dsn, table, first_id, total, rate)
     cpu = meter.note()

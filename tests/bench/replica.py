@@ -16,7 +16,6 @@ path, on the snapshot's table (ROWS rows of ~100 B), in a second database of the
 from __future__ import annotations
 
 import io
-import multiprocessing as mp
 import resource
 import signal
 import subprocess
@@ -31,7 +30,7 @@ from psycopg.conninfo import make_conninfo
 
 from tests.bench import data
 from tests.bench.kafka import TopicWatch, delete_topics
-from tests.bench.latency import TOPIC_CONFIG, WRITERS, _pct, write
+from tests.bench.latency import TOPIC_CONFIG, WRITERS, _pct, start_observer, write
 from tests.bench.procs import CaptureProcess, CpuMeter
 from tests.bench.pyspy import sampled
 from tests.bench.report import Figure, Target
@@ -196,15 +195,9 @@ def _lag(dsn, env, target, table, first_id, rate, seconds, capture, cpu_roots) -
     proc.start()
     try:
         proc.wait_line(ASSIGNED, timeout=60)
-        ctx = mp.get_context("spawn")
-        ready, results = ctx.Event(), ctx.Queue()
         total = int(rate * seconds)
-        poller = ctx.Process(target=poll, args=(
-            target, table, first_id, total, ready, results, seconds + DRAIN_TIMEOUT + 30,
-        ), daemon=True)
-        poller.start()
-        if not ready.wait(60):
-            raise RuntimeError("the lag poller did not start")
+        poller, results = start_observer(poll, (target, table, first_id), total, seconds,
+                                         "lag poller")
         meter = CpuMeter({**cpu_roots, "capture": capture.pid, "replica": proc.pid}).start()
         committed, started, ended = write(dsn, table, first_id, total, rate)
         seen = results.get(timeout=seconds + DRAIN_TIMEOUT + 60)
