@@ -15,6 +15,9 @@ from bottler.migrate.cli import migrate_app
 from bottler.redact import redact
 from capture import cli as capture_cli
 from materializers.postgres.cli import materialize_postgres
+from materializers.search.cli import materialize_search, reindex
+from materializers.translators.cli import translate
+from materializers.warehouse.cli import materialize_warehouse, warehouse_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 stack_app = typer.Typer(no_args_is_help=True, help="The embedded stack of real services.")
@@ -27,7 +30,12 @@ app.command("capture")(capture_cli.capture)
 app.add_typer(capture_cli.slot_app, name="slot")
 materialize_app = typer.Typer(no_args_is_help=True, help="Build views from the topics.")
 materialize_app.command("postgres")(materialize_postgres)
+materialize_app.command("search")(materialize_search)
+materialize_app.command("warehouse")(materialize_warehouse)
 app.add_typer(materialize_app, name="materialize")
+app.command("reindex")(reindex)
+app.add_typer(warehouse_app, name="warehouse")
+app.command("translate")(translate)
 app.add_typer(migrate_app, name="migrate")
 
 # Piped output (make, logs) is not squeezed into rich's default 80 columns.

@@ -9,6 +9,7 @@ over a real topic. To add a materializer: add a factory and an adapter to ``SINK
 
 from __future__ import annotations
 
+import importlib
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
@@ -145,11 +146,21 @@ def _pg_unkeyed(sink: PostgresSink, table: TableId, columns: Sequence[str]) -> l
     return sorted(_pg_rows(sink, table, columns))
 
 
-@pytest.fixture(params=["memory", "postgres"])
+# Materializers whose adapter lives in a module of its own: ``adapter(request, cleanup)``
+# returns the Adapter (``request`` gives fixtures such as ``stack``; ``cleanup`` is an ExitStack
+# closed after the test).
+ADAPTER_MODULES = {"search": "tests.conformance_search", "warehouse": "tests.conformance_warehouse"}
+
+
+@pytest.fixture(params=["memory", "postgres", *ADAPTER_MODULES])
 def adapter(request) -> Iterator[Adapter]:
     with ExitStack() as cleanup:
         if request.param == "memory":
             yield Adapter(MemorySink, lambda sink: sink, _memory_keyed, _memory_unkeyed)
+            return
+        if request.param in ADAPTER_MODULES:
+            module = importlib.import_module(ADAPTER_MODULES[request.param])
+            yield module.adapter(request, cleanup)
             return
         stack = request.getfixturevalue("stack")
         sinks: list[PostgresSink] = []

@@ -1,0 +1,2 @@
+"""Business-event translators: technical change events in, business events out, exactly once
+through Kafka transactions."""

@@ -1,0 +1,1 @@
+"""The warehouse load: a PySpark job merging the table topics into Delta Lake tables."""
