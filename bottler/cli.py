@@ -13,6 +13,7 @@ from bottler.errors import BottlerError
 from bottler.logs import setup_logging
 from bottler.migrate.cli import migrate_app
 from bottler.redact import redact
+from bottler.status.cli import status
 from capture import cli as capture_cli
 from materializers.postgres.cli import materialize_postgres
 from materializers.search.cli import materialize_search, reindex
@@ -36,6 +37,7 @@ app.add_typer(materialize_app, name="materialize")
 app.command("reindex")(reindex)
 app.add_typer(warehouse_app, name="warehouse")
 app.command("translate")(translate)
+app.command("status")(status)
 app.add_typer(migrate_app, name="migrate")
 
 # Piped output (make, logs) is not squeezed into rich's default 80 columns.

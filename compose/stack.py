@@ -30,6 +30,10 @@ class Ports:
     search: int = 19200
     metrics: int = 19100  # the capture's Prometheus endpoint
     replica_metrics: int = 19101  # the replica's
+    search_metrics: int = 19102  # the search index's
+    warehouse_metrics: int = 19103  # the warehouse loader's
+    translator_metrics: int = 19104  # the business-event translator's
+    load_metrics: int = 19105  # the demo write load's
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,14 @@ class Stack:
     def replica(self) -> services.Service:
         env = self.endpoints.env() | {"BOTTLER_TARGET_DSN": self.postgres.dsn(REPLICA_DB)}
         return services.replica(self.root, env, self.ports.replica_metrics)
+
+    def metrics_port(self, app: str) -> int:
+        """The Prometheus port of an app (the capture's is ``ports.metrics``)."""
+        return self.ports.metrics if app == "capture" else getattr(self.ports, f"{app}_metrics")
+
+    def metrics_urls(self) -> dict[str, str]:
+        """``app -> its Prometheus endpoint`` for the apps the stack runs, in start order."""
+        return {app: f"http://127.0.0.1:{self.metrics_port(app)}/metrics" for app in self.apps}
 
     def part(self, name: str):
         if name not in self.ORDER + self.APPS:

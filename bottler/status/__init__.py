@@ -1,0 +1,1 @@
+"""`bottler status`: one live view of the slot, the topics and every materializer."""
