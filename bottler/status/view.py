@@ -1,0 +1,111 @@
+"""Drawing a snapshot for the terminal: the slots, the topics (with each materializer's lag on
+them) and the appliance's processes."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from bottler.redact import redact
+from bottler.status.figures import CAUGHT_UP, DOWN, REBUILDING, STARTING, Snapshot
+
+STATE_STYLE = {CAUGHT_UP: "green", "streaming": "green", REBUILDING: "yellow",
+               "snapshot": "yellow", STARTING: "cyan", DOWN: "bold red"}
+
+
+def render(snap: Snapshot) -> RenderableType:
+    header = Text.assemble(("bottler status", "bold"), f"  {snap.title}  ",
+                           (time.strftime("%H:%M:%S"), "dim"))
+    return Group(header, _slots(snap), _topics(snap), _processes(snap))
+
+
+def _slots(snap: Snapshot) -> RenderableType:
+    if snap.slots_error:
+        return _error("Replication slots", snap.slots_error)
+    table = _table("Replication slots", "slot", "database", "active", "retained WAL",
+                   "confirmed lag", "WAL status")
+    for s in snap.slots:
+        active = Text("yes", "green") if s.active else Text("no", "yellow")
+        table.add_row(s.name, s.database or "-", active, _bytes(s.retained_wal),
+                      _bytes(s.confirmed_lag), s.wal_status or "-")
+    if not snap.slots:
+        table.add_row(Text("none", "dim"), *[""] * 5)
+    return table
+
+
+def _topics(snap: Snapshot) -> RenderableType:
+    if snap.topics_error:
+        return _error("Topics", snap.topics_error)
+    materializers = snap.materializers
+    table = _table("Topics", "topic", "partitions", "messages",
+                   *(f"lag {m.name}" for m in materializers))
+    for t in sorted(snap.topics, key=lambda t: (t.control, t.name)):
+        style = "dim" if t.control else None
+        if "dead-letter" in t.name and t.messages:
+            style = "bold red"
+        lags = [_count(m.lag.get(t.name)) for m in materializers]
+        table.add_row(Text(t.name, style or ""), str(t.partitions), _count(t.messages), *lags)
+    if not snap.topics:
+        table.add_row(Text("none", "dim"), "", "", *[""] * len(materializers))
+    return table
+
+
+def _processes(snap: Snapshot) -> RenderableType:
+    table = _table("Processes", "process", "part", "state", "behind", "done", "dead letters",
+                   "endpoint")
+    for app in snap.apps:
+        url = redact(app.url)
+        if app.down:
+            table.add_row(app.name, "-", _state(DOWN), "", "", "", Text(app.error, "red"))
+            continue
+        if app.capture:
+            c = app.capture
+            done = (f"{_count(c.events)} events" if c.snapshot_complete
+                    else f"{_count(c.snapshot_rows)} rows copied")
+            table.add_row(app.name, "capture", _state(c.state), f"{_bytes(c.lag_bytes)} WAL",
+                          done, "-", url)
+        for m in app.materializers:
+            letters = Text(_count(m.dead_letters), "bold red" if m.dead_letters else "")
+            table.add_row(app.name, m.name, _state(m.state), f"{_count(m.total_lag)} messages",
+                          f"{_count(m.changes)} changes", letters, url)
+        if not app.capture and not app.materializers:
+            table.add_row(app.name, "-", _state(STARTING), "", "", "", url)
+    if not snap.apps:
+        table.add_row(Text("none", "dim"), *[""] * 6)
+    return table
+
+
+TEXT_COLUMNS = {"slot", "database", "topic", "process", "part", "state", "endpoint"}
+
+
+def _table(title: str, *columns: str) -> Table:
+    table = Table(title=title, title_justify="left", title_style="bold")
+    for col in columns:  # words to the left, figures to the right
+        table.add_column(col, justify="left" if col in TEXT_COLUMNS else "right",
+                         no_wrap=col in ("slot", "topic"))
+    return table
+
+
+def _error(title: str, message: str) -> RenderableType:
+    return Group(Text(title, "bold"), Text(f"unavailable: {message}", "red"))
+
+
+def _state(state: str) -> Text:
+    return Text(state, STATE_STYLE.get(state, ""))
+
+
+def _count(n: int | None) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    size, unit = float(n), 0
+    while abs(size) >= 1024 and unit < len(units) - 1:
+        size, unit = size / 1024, unit + 1
+    return f"{n} B" if unit == 0 else f"{size:,.1f} {units[unit]}"
