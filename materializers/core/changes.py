@@ -51,7 +51,7 @@ def freeze(value: Any) -> Any:
     return value
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs 2x, per message
 class Change:
     """One change to apply to a target.
 

@@ -38,6 +38,7 @@ class WriterSchema:
     id: int
     schema: dict[str, Any]  # the registered schema (parsed JSON, pg.* attributes kept)
     parsed: Any  # fastavro's parsed form, without date/time logical types
+    names: tuple[str, ...]  # the record's field names (empty for a non-record)
 
 
 class Decoder:
@@ -66,7 +67,9 @@ class Decoder:
             parsed = fastavro.parse_schema(without_logical_types(schema))
         except (ValueError, fastavro.schema.SchemaParseException) as exc:
             raise DecodeError(f"schema id {schema_id} is not a valid Avro schema: {exc}") from None
-        writer = WriterSchema(schema_id, schema if isinstance(schema, dict) else {}, parsed)
+        record = schema if isinstance(schema, dict) else {}
+        names = tuple(f["name"] for f in record.get("fields", ()) if isinstance(f, dict))
+        writer = WriterSchema(schema_id, record, parsed, names)
         self._schemas[schema_id] = writer
         return writer
 
@@ -90,3 +93,22 @@ class Decoder:
                 f"{len(data) - buffer.tell()} bytes left after decoding with schema id {schema_id}"
             )
         return writer, datum
+
+    def decode_key(self, data: bytes, value: dict[str, Any] | None) -> tuple[WriterSchema, Any]:
+        """(writer schema, decoded key) of a framed key. With the row's decoded ``value``, the
+        key's fields are taken from it instead of decoding the key's body: the capture builds
+        the key record from the same row (the same field names and values), and decoding costs
+        as much as the value itself. A key the value does not cover is decoded."""
+        if value is None:
+            return self.decode(data)
+        try:
+            schema_id = split_id(data)
+        except ValueError as exc:
+            raise DecodeError(str(exc)) from None
+        writer = self._schemas.get(schema_id) or self.schema(schema_id)
+        if not writer.names:
+            return self.decode(data)
+        try:
+            return writer, {name: value[name] for name in writer.names}
+        except KeyError:
+            return self.decode(data)

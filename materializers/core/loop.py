@@ -309,8 +309,9 @@ class Materializer:
         key, value = msg.key(), msg.value()
         decode = self.decoder.decode
         try:
-            kschema, kdatum = decode(key) if key is not None else (None, None)
             vschema, vdatum = decode(value) if value is not None else (None, None)
+            kschema, kdatum = (self.decoder.decode_key(key, vdatum) if key is not None
+                               else (None, None))
             if kschema is None and vschema is None:
                 raise DecodeError("a message with neither key nor value")
             if (kdatum is not None and kdatum.__class__ is not dict) or (

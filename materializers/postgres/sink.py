@@ -168,8 +168,9 @@ class PostgresSink:
                 if change.op == "upsert":
                     segment.appended.append(change)
             else:
-                segment.rows.pop(change.identity, None)  # keep the list in last-change order
-                segment.rows[change.identity] = change
+                identity = change.identity
+                segment.rows.pop(identity, None)  # keep the list in last-change order
+                segment.rows[identity] = change
         self._apply_all(segments)
 
     def _apply_all(self, segments: dict[TableId, _Segment]) -> None:
