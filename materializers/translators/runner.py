@@ -1,0 +1,444 @@
+"""Running a translator: consume table topics, translate, produce business events, exactly once.
+
+Per batch, in one Kafka transaction: the batch's events, its dead letters, the changes of the
+keyed state (state.py) and the consumed offsets (``send_offsets_to_transaction``); then
+``commit_transaction``. A read_committed consumer of the outputs therefore sees each input
+message's events exactly once: a crash before the commit leaves an open transaction that the
+restarted runner's ``init_transactions`` aborts (same ``transactional.id``), and the restart
+resumes from the offsets committed with the last committed batch, with the state as of then.
+A broker error that aborts a transaction rewinds to the batch's start and tries again.
+
+One process per group id: its ``transactional.id`` is the group id, which fences off any
+other (zombie) process of the same translator.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Literal
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+)
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from bottler.errors import BottlerError
+from materializers.core import metrics as core_metrics
+from materializers.core.changes import TopicPartition, table_of
+from materializers.core.decode import DecodeError, Decoder
+from materializers.core.lag import LagTracker
+from materializers.core.loop import PoisonMessage
+from materializers.translators import metrics
+from materializers.translators.api import RowChange, Source, Translator
+from materializers.translators.encoding import EncodeError, EventEncoder
+from materializers.translators.state import KeyedState, state_key
+from schemas.topics import CONTROL, DEAD_LETTER, with_prefix
+
+log = logging.getLogger(__name__)
+
+PoisonPolicy = Literal["dead-letter", "stop"]
+TOPIC_WAIT_LOG_INTERVAL = 30.0  # seconds between "still waiting for the input topics" lines
+
+
+def default_group_id(name: str, prefix: str = "") -> str:
+    return with_prefix(prefix, f"bottler-translate-{name}")
+
+
+class TranslatorRunner:
+    """Runs one :class:`Translator`.
+
+    Input topics are the translator's inputs under ``topic_prefix`` (the capture's
+    ``--topic-prefix``); output topics are its outputs under ``output_prefix`` (by default the
+    same prefix). The keyed state's changelog is ``[prefix.]_bottler.state.<group id>``;
+    failures go to ``[prefix.]_bottler.dead-letter`` (``on_poison="dead-letter"``) or stop the
+    runner (``"stop"``): an input that cannot be decoded, a translate function that raises, an
+    event its topic's schema cannot hold.
+    """
+
+    def __init__(
+        self,
+        translator: Translator,
+        *,
+        bootstrap: str,
+        registry: str | SchemaRegistryClient,
+        topic_prefix: str = "",
+        output_prefix: str | None = None,
+        group_id: str | None = None,
+        on_poison: PoisonPolicy = "dead-letter",
+        batch_size: int = 500,
+        batch_timeout: float = 0.2,
+        watermark_interval: float = 1.0,
+        transaction_timeout_ms: int = 60_000,
+        consumer_config: dict[str, Any] | None = None,
+        producer_config: dict[str, Any] | None = None,
+    ):
+        if on_poison not in ("dead-letter", "stop"):
+            raise ValueError(f"on_poison must be 'dead-letter' or 'stop', not {on_poison!r}")
+        self.translator = translator
+        self.bootstrap = bootstrap
+        self.registry = (
+            SchemaRegistryClient({"url": registry}) if isinstance(registry, str) else registry
+        )
+        self.group_id = group_id or default_group_id(translator.name, topic_prefix)
+        self.on_poison = on_poison
+        self.batch_size = batch_size
+        self.batch_timeout = batch_timeout
+        self.watermark_interval = watermark_interval
+        self.inputs = [with_prefix(topic_prefix, t) for t in translator.inputs]
+        out = topic_prefix if output_prefix is None else output_prefix
+        self.outputs = {o.topic: with_prefix(out, o.topic) for o in translator.outputs}
+        self.changelog = with_prefix(topic_prefix, f"{CONTROL}state.{self.group_id}")
+        self.dead_letter_topic = with_prefix(topic_prefix, DEAD_LETTER)
+        self.state = KeyedState(self.changelog)
+        self.tracker = LagTracker(self.group_id)
+        self.decoder = Decoder(self.registry)
+        self._encoder: EventEncoder | None = None
+        self._consumer_config = {
+            "bootstrap.servers": bootstrap,
+            "group.id": self.group_id,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+            **(consumer_config or {}),
+        }
+        self._producer_config = {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": self.group_id,
+            "enable.idempotence": True,
+            "acks": "all",
+            "partitioner": "murmur2_random",  # Java's: the events of a key in one partition
+            "linger.ms": 5,
+            "transaction.timeout.ms": transaction_timeout_ms,
+            **(producer_config or {}),
+        }
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
+        self._position: dict[TopicPartition, int] = {}
+        self._events: dict[str, int] = {}  # events of the open transaction, per topic
+        self._next_watermarks = 0.0
+
+    # -- public API ---------------------------------------------------------------------
+
+    @property
+    def caught_up(self) -> threading.Event:
+        """Set once every input partition's committed position reached its high watermark."""
+        return self.tracker.caught_up
+
+    def lag(self) -> dict[TopicPartition, int | None]:
+        return self.tracker.lag()
+
+    def run(self, stop_event: threading.Event | None = None) -> None:
+        """Translate until ``stop_event`` is set (waiting first for the input topics)."""
+        stop = stop_event or threading.Event()
+        try:
+            if not self._open(stop):
+                return
+            while not stop.is_set():
+                self.step()
+        finally:
+            self._close()
+
+    def run_until_caught_up(self, timeout: float | None = None) -> None:
+        """Translate until :attr:`caught_up`; TimeoutError after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        never = threading.Event()
+        try:
+            self._open(never, deadline)
+            while not self.caught_up.is_set():
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"not caught up after {timeout}s: lag {self.lag()}")
+                self.step()
+        finally:
+            self._close()
+
+    # -- start and stop -----------------------------------------------------------------
+
+    def _open(self, stop: threading.Event, deadline: float | None = None) -> bool:
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        partitions = self._wait_for_inputs(admin, stop, deadline)
+        if partitions is None:
+            return False
+        self._create_topics(admin)
+        self._encoder = EventEncoder(self.registry, list(self.translator.outputs), self.outputs)
+        # First the producer: initialising it fences any predecessor and aborts its open
+        # transaction, so what the changelog and the committed offsets hold is final.
+        self._producer = Producer(self._producer_config)
+        self._producer.init_transactions(60)
+        if self.translator.keep_previous:
+            self.state.restore(self.bootstrap)
+            metrics.STATE_ROWS.labels(self.group_id).set(len(self.state))
+        self._consumer = Consumer(self._consumer_config)
+        # Partitions are assigned by hand, at the offsets committed with the last transaction
+        # (none yet: the beginning): no group rebalance to wait for after a kill.
+        committed = self._consumer.committed(
+            [KafkaTopicPartition(t, p) for t, p in partitions], timeout=30)
+        for tp in committed:
+            if tp.offset < 0:
+                tp.offset = OFFSET_BEGINNING
+        self._consumer.assign(committed)
+        start = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in committed}
+        self._position = dict(start)
+        self.tracker.revoke(self.tracker.partitions)
+        self.tracker.assign(start)
+        self._next_watermarks = 0.0
+        log.info("%s: translating %s into %s from %s", self.group_id, ", ".join(self.inputs),
+                 ", ".join(self.outputs.values()),
+                 ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(start.items())))
+        return True
+
+    def _wait_for_inputs(self, admin: AdminClient, stop: threading.Event,
+                         deadline: float | None) -> list[TopicPartition] | None:
+        """The input topics' partitions, once they all exist (the capture creates them);
+        None if stopped first. Asks for every topic: asking for one by name may create it."""
+        next_log = time.monotonic()
+        while not stop.is_set():
+            topics = admin.list_topics(timeout=10).topics
+            missing = [t for t in self.inputs if t not in topics]
+            if not missing:
+                return [(t, p) for t in self.inputs for p in sorted(topics[t].partitions)]
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"input topics {', '.join(missing)} do not exist")
+            if time.monotonic() >= next_log:
+                log.info("%s: waiting for the input topics %s (is the capture running?)",
+                         self.group_id, ", ".join(missing))
+                next_log = time.monotonic() + TOPIC_WAIT_LOG_INTERVAL
+            stop.wait(1.0)
+        return None
+
+    def _create_topics(self, admin: AdminClient) -> None:
+        kept = {"cleanup.policy": "delete", "retention.ms": "-1"}
+        wanted = [NewTopic(self.outputs[o.topic], num_partitions=o.partitions, config=kept)
+                  for o in self.translator.outputs]
+        wanted.append(NewTopic(self.dead_letter_topic, num_partitions=1, config=kept))
+        if self.translator.keep_previous:
+            wanted.append(NewTopic(self.changelog, num_partitions=1,
+                                   config={"cleanup.policy": "compact"}))
+        existing = admin.list_topics(timeout=10).topics
+        new = [t for t in wanted if t.topic not in existing]
+        for topic, future in (admin.create_topics(new).items() if new else []):
+            try:
+                future.result(timeout=30)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise BottlerError(f"cannot create topic {topic}: {exc.args[0].str()}",
+                                       "check the broker") from None
+
+    def _close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(10)
+            self._producer = None
+        if self._consumer is not None:
+            try:
+                self._consumer.close()
+            finally:
+                self._consumer = None
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def step(self) -> None:
+        """One batch: consume, then translate and commit it in one transaction."""
+        assert self._consumer is not None, "run() opens the consumer"
+        messages = []
+        for msg in self._consumer.consume(self.batch_size, self.batch_timeout):
+            error = msg.error()
+            if error is None:
+                messages.append(msg)
+            elif error.fatal():
+                raise KafkaException(error)
+            elif error.code() != KafkaError._PARTITION_EOF:
+                log.warning("%s: %s", self.group_id, error.str())
+        if messages:
+            self._transact(messages)
+        self._refresh_watermarks(force=len(messages) < self.batch_size)
+        self.tracker.check()
+
+    def _transact(self, messages: list[Message]) -> None:
+        producer = self._producer
+        assert producer is not None
+        self._events = {}
+        producer.begin_transaction()
+        try:
+            for msg in messages:
+                self._translate(msg)
+            offsets: dict[TopicPartition, int] = {}
+            for msg in messages:
+                offsets[(msg.topic(), msg.partition())] = msg.offset() + 1
+            producer.send_offsets_to_transaction(
+                [KafkaTopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                self._consumer.consumer_group_metadata(), 60)
+            self._commit(producer)
+        except KafkaException as exc:
+            error = exc.args[0]
+            self.state.discard()
+            if not error.txn_requires_abort():
+                raise BottlerError(f"{self.group_id}: Kafka transaction failed: {error.str()}",
+                                   "the translator resumes from its last committed batch "
+                                   "when restarted") from None
+            producer.abort_transaction(60)
+            self._rewind(messages)
+            metrics.ABORTS.labels(self.group_id).inc()
+            log.warning("%s: transaction aborted (%s); retrying the batch", self.group_id,
+                        error.str())
+            return
+        except BaseException:
+            self.state.discard()
+            self._abort_quietly(producer)
+            raise
+        self.state.commit()
+        for tp, offset in offsets.items():
+            self._position[tp] = offset
+            self.tracker.advance(tp, offset)
+        core_metrics.BATCHES.labels(self.group_id).inc()
+        for topic, n in self._events.items():
+            metrics.EVENTS.labels(self.group_id, topic).inc(n)
+        if self.translator.keep_previous:
+            metrics.STATE_ROWS.labels(self.group_id).set(len(self.state))
+
+    def _commit(self, producer: Producer) -> None:
+        for attempt in range(5):
+            try:
+                producer.commit_transaction(60)
+                return
+            except KafkaException as exc:
+                if not exc.args[0].retriable() or attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+
+    def _abort_quietly(self, producer: Producer) -> None:
+        try:
+            producer.abort_transaction(30)
+        except KafkaException as exc:  # the restart's init_transactions aborts it anyway
+            log.warning("%s: aborting the transaction failed: %s", self.group_id, exc)
+
+    def _rewind(self, messages: list[Message]) -> None:
+        first: dict[TopicPartition, int] = {}
+        for msg in messages:
+            first.setdefault((msg.topic(), msg.partition()), msg.offset())
+        for (topic, partition), offset in first.items():
+            self._consumer.seek(KafkaTopicPartition(topic, partition, offset))
+
+    # -- one message --------------------------------------------------------------------
+
+    def _translate(self, msg: Message) -> None:
+        try:
+            kschema, key = self._decode(msg.key())
+            vschema, row = self._decode(msg.value())
+            if kschema is None and vschema is None:
+                raise DecodeError("a message with neither key nor value")
+        except DecodeError as exc:
+            self._poison(msg, str(exc), "DecodeError")
+            return
+        before = None
+        if self.translator.keep_previous and key is not None:
+            skey = state_key(msg.topic(), key)
+            previous = self.state.get(skey)
+            if previous is not None:
+                before = self._previous_row(msg, previous)
+            op = "delete" if row is None else ("update" if before is not None else "insert")
+            if previous != msg.value():
+                self.state.stage(skey, msg.value())
+                self._produce(self.changelog, skey, msg.value())
+        else:
+            op = "delete" if row is None else ("upsert" if key is not None else "insert")
+        writer = vschema if vschema is not None else kschema
+        change = RowChange(table_of(writer.schema), op, key, row, before, _source(msg))
+        try:
+            encoded = [self._encoder.encode(e) for e in self.translator.translate(change)]
+        except Exception as exc:  # noqa: BLE001 - a failure of this change, by policy
+            error = "EncodeError" if isinstance(exc, EncodeError) else type(exc).__name__
+            self._poison(msg, f"{error}: {exc}", error)
+            return
+        headers = [
+            ("bottler.source.topic", msg.topic().encode()),
+            ("bottler.source.partition", str(msg.partition()).encode()),
+            ("bottler.source.offset", str(msg.offset()).encode()),
+        ]
+        for topic, key_bytes, value_bytes in encoded:
+            self._produce(topic, key_bytes, value_bytes, headers)
+            self._events[topic] = self._events.get(topic, 0) + 1
+        core_metrics.CHANGES.labels(self.group_id, op).inc()
+
+    def _decode(self, data: bytes | None) -> tuple[Any, dict[str, Any] | None]:
+        if data is None:
+            return None, None
+        writer, datum = self.decoder.decode(data)
+        if not isinstance(datum, dict):
+            raise DecodeError(f"not an Avro record: {type(datum).__name__}")
+        return writer, datum
+
+    def _previous_row(self, msg: Message, previous: bytes) -> dict[str, Any] | None:
+        try:
+            return self._decode(previous)[1]
+        except DecodeError as exc:  # its schema is gone from the registry: no previous row
+            log.warning("%s: the previous row of %s[%d]@%d cannot be decoded (%s): treated "
+                        "as unknown", self.group_id, msg.topic(), msg.partition(),
+                        msg.offset(), exc)
+            return None
+
+    def _produce(self, topic: str, key: bytes | None, value: bytes | None,
+                 headers: list[tuple[str, bytes]] | None = None) -> None:
+        while True:
+            try:
+                self._producer.produce(topic, value, key, headers=headers)
+                return
+            except BufferError:
+                self._producer.poll(0.05)  # the local queue is full: let deliveries drain
+
+    def _poison(self, msg: Message, reason: str, error: str) -> None:
+        if self.on_poison == "stop":
+            raise PoisonMessage(msg.topic(), msg.partition(), msg.offset(), reason)
+        log.warning("%s: %s[%d]@%d to %s: %s", self.group_id, msg.topic(), msg.partition(),
+                    msg.offset(), self.dead_letter_topic, reason)
+        headers = [
+            ("bottler.reason", reason.encode()),
+            ("bottler.error", error.encode()),
+            ("bottler.topic", msg.topic().encode()),
+            ("bottler.partition", str(msg.partition()).encode()),
+            ("bottler.offset", str(msg.offset()).encode()),
+            ("bottler.materializer", self.group_id.encode()),
+        ]
+        # In the batch's transaction: a dead letter, too, is written exactly once.
+        self._produce(self.dead_letter_topic, msg.key(), msg.value(), headers)
+        core_metrics.DEAD_LETTERS.labels(self.group_id, msg.topic()).inc()
+
+    # -- lag ----------------------------------------------------------------------------
+
+    def _refresh_watermarks(self, force: bool) -> None:
+        now = time.monotonic()
+        if now < self._next_watermarks and not (force and not self.caught_up.is_set()):
+            return
+        for topic, partition in self.tracker.partitions:
+            low, high = self._consumer.get_watermark_offsets(
+                KafkaTopicPartition(topic, partition), timeout=10, cached=False)
+            self.tracker.observe((topic, partition), low, high)
+        self._next_watermarks = now + self.watermark_interval
+
+
+def _source(msg: Message) -> Source:
+    lsn = commit_time = None
+    for name, value in msg.headers() or ():
+        if name == "bottler.lsn":
+            lsn = _int(value)
+        elif name == "bottler.commit_time":
+            commit_time = _int(value)
+    timestamp_type, timestamp = msg.timestamp()
+    return Source(msg.topic(), msg.partition(), msg.offset(),
+                  timestamp if timestamp_type else None, lsn, commit_time)
+
+
+
+def _int(value: bytes | None) -> int | None:
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None

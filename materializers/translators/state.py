@@ -1,0 +1,112 @@
+"""A translator's keyed state: the last row of every input key, so a translator can compare a
+row with the one before it (the capture publishes new rows only).
+
+Kept in memory and backed by a compacted changelog topic, like a Kafka Streams state store: the
+runner writes each change of the state into the changelog *in the same Kafka transaction* as
+the events and the consumed offsets. Whatever the changelog holds for read_committed readers
+is therefore exactly the state as of the committed offsets, and a restart (after the new
+transactional producer has fenced and aborted its predecessor) restores it by reading the
+changelog to its end. The state is not rebuilt from the input topics: compaction may have
+removed a row's earlier versions that the committed offsets still need.
+
+Changelog records: key ``<input topic>\\n<primary key as canonical JSON>``, value the input
+message's value bytes as read (Confluent-framed Avro), or a tombstone once the row is deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from bottler.errors import BottlerError
+
+log = logging.getLogger(__name__)
+
+
+def state_key(topic: str, key: dict[str, Any]) -> bytes:
+    """The changelog key of an input row (canonical JSON: independent of the key's schema
+    version and of its field order)."""
+    return topic.encode() + b"\n" + json.dumps(
+        key, sort_keys=True, separators=(",", ":"), default=str).encode()
+
+
+class KeyedState:
+    """Committed rows plus the rows staged by the open transaction (``stage``, then
+    ``commit`` once the transaction is committed, or ``discard`` if it is aborted)."""
+
+    def __init__(self, changelog: str):
+        self.changelog = changelog
+        self._rows: dict[bytes, bytes] = {}
+        self._staged: dict[bytes, bytes | None] = {}
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def get(self, key: bytes) -> bytes | None:
+        if key in self._staged:
+            return self._staged[key]
+        return self._rows.get(key)
+
+    def stage(self, key: bytes, value: bytes | None) -> None:
+        self._staged[key] = value
+
+    def commit(self) -> None:
+        for key, value in self._staged.items():
+            if value is None:
+                self._rows.pop(key, None)
+            else:
+                self._rows[key] = value
+        self._staged.clear()
+
+    def discard(self) -> None:
+        self._staged.clear()
+
+    def restore(self, bootstrap: str, timeout: float = 300) -> int:
+        """Read the changelog (read_committed) from the beginning to its end; the number of
+        records read. Call only once this translator's transactional producer is initialised:
+        then no transaction of ours is open and the end is the state of the committed offsets."""
+        self._rows.clear()
+        self._staged.clear()
+        consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": f"bottler-restore-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed", "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        })
+        read = 0
+        try:
+            metadata = consumer.list_topics(timeout=10).topics.get(self.changelog)
+            partitions = sorted(metadata.partitions) if metadata else []
+            pending = set()
+            for p in partitions:
+                low, high = consumer.get_watermark_offsets(
+                    KafkaTopicPartition(self.changelog, p), timeout=10, cached=False)
+                if high > low:
+                    pending.add(p)
+            consumer.assign([KafkaTopicPartition(self.changelog, p, OFFSET_BEGINNING)
+                             for p in pending])
+            while pending:
+                msg = consumer.poll(timeout)
+                if msg is None:
+                    raise BottlerError(f"restoring the state from {self.changelog} timed out",
+                                       "check the broker")
+                error = msg.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        pending.discard(msg.partition())
+                        continue
+                    raise KafkaException(error)
+                read += 1
+                if msg.value() is None:
+                    self._rows.pop(msg.key(), None)
+                else:
+                    self._rows[msg.key()] = msg.value()
+        finally:
+            consumer.close()
+        log.info("restored %d rows of state from %s (%d records)", len(self._rows),
+                 self.changelog, read)
+        return read
