@@ -1,0 +1,1 @@
+"""Translators shipped as examples (the demo shop's)."""
