@@ -169,6 +169,36 @@ def demo_seed(
         out.print(f"{table}: {n} rows")
 
 
+@demo_app.command("load")
+def demo_load(
+    dsn: str = typer.Option(..., "--postgres", "-d", envvar="BOTTLER_PG_DSN",
+                            help="The demo shop database."),
+    rate: float = typer.Option(5.0, "--rate", help="Transactions per second."),
+    duration: float | None = typer.Option(None, "--duration",
+                                          help="Seconds to run [default: until stopped]."),
+    metrics_port: int | None = typer.Option(None, "--metrics-port",
+                                            help="Serve Prometheus metrics on this port."),
+) -> None:
+    """A gentle write load on the demo shop: orders placed, paid, shipped, cancelled; prices
+    changed; customers signing up (one business action per transaction)."""
+    import signal
+    import threading
+
+    from compose.load import run_load
+
+    if rate <= 0:
+        raise BottlerError(f"--rate must be positive, not {rate}")
+    if metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    done = run_load(dsn, rate, stop, duration)
+    out.print(", ".join(f"{action}: {n}" for action, n in sorted(done.items())) or "nothing done")
+
+
 def _relative(path: Path) -> Path:
     try:
         return path.relative_to(Path.cwd())
