@@ -1,0 +1,294 @@
+"""The Delta writer: one interface, two engines.
+
+- :class:`RustDeltaWriter` writes through ``deltalake`` (delta-rs): what runs here.
+- :class:`SparkDeltaWriter` runs Delta Lake's own MERGE on Spark, where the delta-spark jars are
+  on the Spark classpath (:func:`writer_for` picks it then).
+
+Either way, a :class:`Commit` becomes Delta commits that carry the Kafka offsets they bring
+their topic-partitions to as Delta *transaction identifiers* (``txn`` actions: app id
+``bottler:<topic>:<partition>``, version = the next offset to read). Delta keeps the latest
+version of every app id in the table's snapshot (checkpoints and log cleanup included), and any
+Delta reader sees them; :func:`stored_offsets` reads them back with delta-rs for both engines.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+
+from bottler.errors import BottlerError
+from materializers.core.changes import TopicPartition
+from materializers.warehouse.batch import DELETE
+
+log = logging.getLogger(__name__)
+
+
+def app_id(tp: TopicPartition) -> str:
+    return f"bottler:{tp[0]}:{tp[1]}"
+
+
+@dataclass
+class Commit:
+    """What one table's flush writes: ``source`` (None: offsets only) merged on ``keys``
+    (None: appended, the table has no key), after emptying the table if ``truncate``; and the
+    offsets of its topic-partitions."""
+
+    path: Path
+    keys: list[str] | None
+    truncate: bool
+    source: pa.Table | None
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+
+    @property
+    def upserts(self) -> pa.Table | None:
+        """The source's rows to store (deleted keys dropped), without the flag column."""
+        if self.source is None:
+            return None
+        if DELETE not in self.source.column_names:
+            return self.source
+        keep = pc.invert(self.source[DELETE])
+        return self.source.filter(keep).drop_columns([DELETE])
+
+
+class DeltaWriter(Protocol):
+    def commit(self, commit: Commit) -> bool:
+        """Apply ``commit`` with its offsets, atomically (per topic-partition for Spark, see
+        there). False if there was nothing to commit to: the table does not exist and the commit
+        creates no rows (a delete or truncate of a table never written), so the offsets must be
+        kept elsewhere."""
+        ...
+
+
+def open_table(path: Path | str) -> DeltaTable | None:
+    try:
+        return DeltaTable(str(path))
+    except TableNotFoundError:
+        return None
+
+
+def stored_offsets(table: DeltaTable, partitions: Iterable[TopicPartition]) -> dict:
+    """``(topic, partition) -> next offset`` as the table's transaction identifiers record."""
+    found = {}
+    for tp in partitions:
+        version = table.transaction_version(app_id(tp))
+        if version is not None:
+            found[tp] = version
+    return found
+
+
+def _properties(offsets: Mapping[TopicPartition, int], **extra: str) -> CommitProperties:
+    return CommitProperties(
+        app_transactions=[Transaction(app_id(tp), o) for tp, o in sorted(offsets.items())],
+        custom_metadata={"bottler.offsets": json.dumps(
+            {f"{t}:{p}": o for (t, p), o in sorted(offsets.items())}), **extra},
+    )
+
+
+def quote(column: str) -> str:
+    """A column in a delta-rs (DataFusion) SQL predicate."""
+    return '"' + column.replace('"', '""') + '"'
+
+
+class RustDeltaWriter:
+    """Delta commits through delta-rs: a MERGE for keyed tables, an append for unkeyed ones, an
+    overwrite after a truncate; new columns merged into the table schema."""
+
+    def commit(self, commit: Commit) -> bool:
+        table = open_table(commit.path)
+        upserts = commit.upserts
+        props = _properties(commit.offsets)
+        if table is None:
+            if upserts is None or upserts.num_rows == 0:
+                return False  # no row to give the table its columns
+            commit.path.mkdir(parents=True, exist_ok=True)
+            write_deltalake(str(commit.path), upserts, mode="append", commit_properties=props)
+            return True
+        if commit.source is not None:
+            source = align(table, commit.source)
+            commit = Commit(commit.path, commit.keys, commit.truncate, source, commit.offsets)
+            upserts = commit.upserts
+        before = table.version()
+        if commit.truncate:
+            data = upserts if upserts is not None else _empty(table)
+            write_deltalake(table, data, mode="overwrite", schema_mode="merge",
+                            commit_properties=props)
+        elif commit.source is not None and commit.keys is None:
+            write_deltalake(table, upserts, mode="append", schema_mode="merge",
+                            commit_properties=props)
+        elif commit.source is not None:
+            self._merge(table, commit, props)
+        if table.version() == before and open_table(commit.path).version() == before:
+            # a MERGE that changed nothing commits nothing: record the offsets alone
+            write_deltalake(commit.path, _empty(table), mode="append", commit_properties=props)
+        return True
+
+    @staticmethod
+    def _merge(table: DeltaTable, commit: Commit, props: CommitProperties) -> None:
+        source = commit.source
+        on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in commit.keys)
+        merger = table.merge(source, on, source_alias="s", target_alias="t", merge_schema=True,
+                             commit_properties=props)
+        deleted = source[DELETE]
+        if pc.any(deleted).as_py():
+            merger = merger.when_matched_delete(f"s.{DELETE}")
+        if not pc.all(deleted).as_py():
+            merger = merger.when_matched_update_all(
+                predicate=f"NOT s.{DELETE}", except_cols=[DELETE]
+            ).when_not_matched_insert_all(predicate=f"NOT s.{DELETE}", except_cols=[DELETE])
+        merger.execute()
+
+
+def _empty(table: DeltaTable) -> pa.Table:
+    return table_schema(table).empty_table()
+
+
+def table_schema(table: DeltaTable) -> pa.Schema:
+    return pa.schema(table.schema().to_arrow())
+
+
+# -- schema alignment and widening ------------------------------------------------------------
+
+
+def align(table: DeltaTable, source: pa.Table) -> pa.Table:
+    """``source`` shaped for ``table``: the table's columns missing from it (dropped at the
+    source, or not in a delete's key) added as nulls, so a merged row never keeps a dropped
+    column's stale value; a source column narrower than the table's cast up (a row written
+    before a widening). A source column wider than the table's (``integer`` became ``bigint``)
+    widens the table first, where Delta allows it; other type changes are refused."""
+    target = table_schema(table)
+    widen = {}
+    for name in source.column_names:
+        if name not in target.names:
+            continue  # a new column: the write merges it into the table schema
+        have, want = target.field(name).type, source.schema.field(name).type
+        if have == want:
+            continue
+        if _widens(want, have):
+            source = source.set_column(source.column_names.index(name), name,
+                                       source[name].cast(have))
+        elif _widens(have, want):
+            widen[name] = want
+        else:
+            raise BottlerError(
+                f"column {name} of {table.table_uri} changed type from {have} to {want}",
+                "Delta cannot convert it in place: move the table away and rebuild it "
+                "(bottler materialize warehouse from offset 0 into a fresh path)")
+    if widen:
+        widen_columns(table, widen)
+    n = source.num_rows
+    for f in target:
+        if f.name not in source.column_names:
+            source = source.append_column(f.name, pa.nulls(n, f.type))
+    return source
+
+
+_INTS = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
+
+
+def _widens(narrow: pa.DataType, wide: pa.DataType) -> bool:
+    """Whether every value of ``narrow`` converts exactly to ``wide`` (Delta's type widening
+    rules: integers up, float to double, decimals up keeping their scale, date to timestamp)."""
+    if narrow in _INTS and wide in _INTS:
+        return _INTS.index(narrow) < _INTS.index(wide)
+    if narrow == pa.float32() and wide == pa.float64():
+        return True
+    if pa.types.is_decimal(narrow) and pa.types.is_decimal(wide):
+        return (wide.scale >= narrow.scale
+                and wide.precision - wide.scale >= narrow.precision - narrow.scale)
+    if narrow in _INTS[:3] and pa.types.is_decimal(wide):
+        return wide.precision - wide.scale >= 10
+    return narrow == pa.date32() and wide == pa.timestamp("us")
+
+
+def widen_columns(table: DeltaTable, widen: Mapping[str, pa.DataType]) -> None:
+    """Rewrite the table with ``widen``'s columns cast to their wider types, in one commit that
+    changes no row (delta-rs has no in-place type widening): the offsets recorded stay as
+    they were."""
+    data = table.to_pyarrow_table()
+    for name, wide in widen.items():
+        data = data.set_column(data.column_names.index(name), name, data[name].cast(wide))
+    log.info("widening %s: %s", table.table_uri,
+             ", ".join(f"{n} to {t}" for n, t in widen.items()))
+    write_deltalake(table, data, mode="overwrite", schema_mode="overwrite",
+                    commit_properties=CommitProperties(custom_metadata={
+                        "bottler.widened": json.dumps({n: str(t) for n, t in widen.items()})}))
+    table.update_incremental()
+
+
+# -- delta-spark -----------------------------------------------------------------------------
+
+
+def writer_for(spark: Any | None) -> DeltaWriter:
+    """delta-spark's MERGE when its classes are on the Spark classpath, else delta-rs."""
+    if spark is not None:
+        try:
+            spark._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")
+        except Exception:  # noqa: BLE001 - py4j raises its own error for a missing class
+            pass
+        else:
+            return SparkDeltaWriter(spark)
+    return RustDeltaWriter()
+
+
+class SparkDeltaWriter:
+    """Delta Lake's own MERGE on Spark. Spark records one transaction identifier per commit
+    (``spark.databricks.delta.write.txnAppId``/``txnVersion``), so a commit may cover one
+    topic-partition: single-partition table topics (the capture's default)."""
+
+    def __init__(self, spark: Any):
+        self.spark = spark
+
+    def commit(self, commit: Commit) -> bool:
+        table = open_table(commit.path)
+        upserts = commit.upserts
+        if table is None and (upserts is None or upserts.num_rows == 0):
+            return False
+        if len(commit.offsets) > 1:
+            raise BottlerError(
+                f"{commit.path}: delta-spark records one transaction identifier per commit, "
+                f"this one covers {len(commit.offsets)} topic-partitions",
+                "use single-partition table topics, or the delta-rs writer (without the "
+                "delta-spark jars on the classpath)")
+        conf = self.spark.conf
+        conf.set("spark.databricks.delta.schema.autoMerge.enabled", "true")
+        for tp, offset in commit.offsets.items():
+            conf.set("spark.databricks.delta.write.txnAppId", app_id(tp))
+            conf.set("spark.databricks.delta.write.txnVersion", str(offset))
+        try:
+            self._write(commit, table)
+        finally:
+            conf.unset("spark.databricks.delta.write.txnAppId")
+            conf.unset("spark.databricks.delta.write.txnVersion")
+        return True
+
+    def _write(self, commit: Commit, table: DeltaTable | None) -> None:
+        path = str(commit.path)
+        source = commit.source if commit.source is not None else _empty(table)
+        frame = self.spark.createDataFrame(source)
+        if commit.keys is None or commit.truncate or table is None:
+            rows = frame.filter(f"NOT {DELETE}").drop(DELETE) if DELETE in frame.columns \
+                else frame
+            rows.write.format("delta").mode("overwrite" if commit.truncate else "append") \
+                .option("mergeSchema", "true").save(path)
+            return
+        view = "bottler_merge_source"
+        frame.createOrReplaceTempView(view)
+        cols = [c for c in frame.columns if c != DELETE]
+        on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in commit.keys)
+        sets = ", ".join(f"t.`{c}` = s.`{c}`" for c in cols)
+        names = ", ".join(f"`{c}`" for c in cols)
+        values = ", ".join(f"s.`{c}`" for c in cols)
+        self.spark.sql(
+            f"MERGE INTO delta.`{path}` t USING {view} s ON {on} "
+            f"WHEN MATCHED AND s.{DELETE} THEN DELETE "
+            f"WHEN MATCHED THEN UPDATE SET {sets} "
+            f"WHEN NOT MATCHED AND NOT s.{DELETE} THEN INSERT ({names}) VALUES ({values})")

@@ -1,0 +1,144 @@
+"""The warehouse sink: a :class:`~materializers.core.sink.Sink` keeping one Delta table per source
+table under a root directory (``<root>/<schema>/<table>``).
+
+Per flush and table, one Delta commit (see batch.py): a MERGE of the last change of each key
+(upserts and deletes), or an append of an unkeyed table's rows, or, after a truncate, an
+overwrite with the rows that followed it; new columns are merged into the table's schema.
+
+**Offsets.** Each table's commit records the offsets of its topic's partitions as Delta
+transaction identifiers (delta.py), atomically with the rows. Offsets no table commit can hold
+go to ``<root>/_bottler_offsets``, an empty Delta table whose commits carry only transaction
+identifiers: the truncate control topic's, and a table topic's while its table does not exist
+(only deletes or truncates seen so far). That commit is made last in a flush.
+``stored_offsets`` takes a topic-partition's offset from its table when the table has one, else
+from ``_bottler_offsets`` (once a table exists, its commits carry its topic's offsets).
+
+A crash between the commits of one flush leaves every table consistent with the offsets its
+last commit recorded, so each resumes exactly where it stopped. Only the truncate topic can lag:
+its events are then read again, and a truncate applied twice is harmless — the consumer loop
+rewinds the table's topic to the truncate's barrier and replays what followed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from deltalake import write_deltalake
+
+from materializers.core.changes import Change, TableId, TopicPartition
+from materializers.core.sink import Offsets
+from materializers.warehouse.batch import table_batches
+from materializers.warehouse.delta import (
+    Commit,
+    DeltaWriter,
+    RustDeltaWriter,
+    _properties,
+    open_table,
+    stored_offsets,
+)
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TABLE = "_bottler_offsets"
+
+
+def table_path(root: Path, table: TableId) -> Path:
+    return root / _safe(table.schema) / _safe(table.table)
+
+
+def _safe(name: str) -> str:
+    return name.replace("/", "%2F") if name not in (".", "..") else f"%{name}"
+
+
+def delta_tables(root: Path) -> list[Path]:
+    """The Delta tables under ``root`` (``<schema>/<table>``), the offsets table left out."""
+    if not root.is_dir():
+        return []
+    return sorted(p.parent for p in root.glob("*/*/_delta_log") if p.is_dir())
+
+
+class DeltaSink:
+    """Writes changes into Delta tables under ``root`` through ``writer`` (delta-rs unless
+    told). Counters: ``rows_written`` (source rows committed), ``commits``, ``flushes``."""
+
+    def __init__(self, root: str | Path, writer: DeltaWriter | None = None):
+        self.root = Path(root)
+        self.writer = writer or RustDeltaWriter()
+        self.rows_written = 0
+        self.commits = 0
+        self.flushes = 0
+        self._pending: list[tuple[list[Commit], dict[TopicPartition, int]]] = []
+        self._topic_paths: dict[str, Path] = {}  # table topic -> its table, once known
+
+    # -- the Sink protocol ---------------------------------------------------------------
+
+    def stored_offsets(self, partitions: Sequence[TopicPartition]) -> Offsets:
+        self._pending.clear()
+        found: dict[TopicPartition, int] = {}
+        for path in delta_tables(self.root):
+            table = open_table(path)
+            if table is None:
+                continue
+            for tp, offset in stored_offsets(table, partitions).items():
+                found[tp] = offset
+                self._topic_paths[tp[0]] = path
+        rest = [tp for tp in partitions if tp not in found]
+        offsets_table = open_table(self.root / OFFSETS_TABLE)
+        if rest and offsets_table is not None:
+            found.update(stored_offsets(offsets_table, rest))
+        return found
+
+    def write(self, changes: Sequence[Change], offsets: Offsets) -> None:
+        commits = []
+        routed: set[TopicPartition] = set()
+        for table, batch in table_batches(changes).items():
+            path = table_path(self.root, table)
+            for topic in batch.topics:
+                self._topic_paths[topic] = path
+            mine = {tp: o for tp, o in offsets.items() if tp[0] in batch.topics}
+            routed |= mine.keys()
+            keys = batch.key_columns() if batch.keyed else None
+            commits.append(Commit(path, keys, batch.truncated, batch.source(), mine))
+        by_path: dict[Path, dict[TopicPartition, int]] = {}
+        rest: dict[TopicPartition, int] = {}
+        for tp, offset in offsets.items():
+            if tp in routed:
+                continue
+            path = self._topic_paths.get(tp[0])
+            if path is not None:  # a known table's topic moved without a change of it
+                by_path.setdefault(path, {})[tp] = offset
+            else:  # the truncate topic; a topic whose table is unknown
+                rest[tp] = offset
+        commits += [Commit(path, None, False, None, tps) for path, tps in by_path.items()]
+        self._pending.append((commits, rest))
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, []
+        for commits, rest in pending:
+            rest = dict(rest)
+            for commit in commits:
+                if self.writer.commit(commit):
+                    self.commits += 1
+                    if commit.source is not None:
+                        self.rows_written += commit.source.num_rows
+                else:  # no table to hold them (yet)
+                    rest.update(commit.offsets)
+            if rest:
+                self._store_elsewhere(rest)
+        self.flushes += 1
+
+    def close(self) -> None:
+        self._pending.clear()
+
+    # -- the offsets table ---------------------------------------------------------------
+
+    def _store_elsewhere(self, offsets: dict[TopicPartition, int]) -> None:
+        import pyarrow as pa
+
+        path = self.root / OFFSETS_TABLE
+        path.mkdir(parents=True, exist_ok=True)
+        empty = pa.table({"note": pa.array([], pa.string())})
+        write_deltalake(str(path), empty, mode="append", commit_properties=_properties(offsets))
+        self.commits += 1
