@@ -1,0 +1,129 @@
+"""``_bulk`` requests: actions cut into requests of bounded size, items the cluster asks to retry
+(429, 5xx) sent again with backoff, every other item's outcome reported one by one.
+
+Every write carries an external version, ``version_type=external_gte``, version = the Kafka
+offset of the message it comes from (offsets only grow within a partition, and a key always
+lives in one partition). A replayed write (the same offset) is applied again harmlessly; an
+older one (a lower offset) is refused with 409 and counts as done: the index already holds
+something newer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from materializers.core.changes import Change
+from materializers.search.client import RETRY_STATUSES, SearchClient, SearchError
+
+log = logging.getLogger(__name__)
+
+VERSION_TYPE = "external_gte"
+
+
+@dataclass(slots=True)
+class Action:
+    """One document write: ``doc`` to index, or None to delete ``doc_id``."""
+
+    doc_id: str
+    doc: dict[str, Any] | None
+    version: int
+    change: Change | None  # where it came from (None for a truncate's deletes)
+
+    def lines(self) -> bytes:
+        meta = {"_id": self.doc_id, "version": self.version, "version_type": VERSION_TYPE}
+        if self.doc is None:
+            return b'{"delete":' + _dumps(meta) + b"}\n"
+        return b'{"index":' + _dumps(meta) + b"}\n" + _dumps(self.doc) + b"\n"
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode()
+
+
+@dataclass
+class Outcome:
+    """What a bulk run did: counts, and the actions the cluster refused (with the reason)."""
+
+    written: int = 0
+    stale: int = 0  # refused as older than what the index holds: nothing to do
+    requests: int = 0
+    rejected: list[tuple[Action, str]] | None = None
+
+
+class BulkWriter:
+    """Sends actions to one index. ``max_actions``/``max_bytes`` bound a request; ``retries``
+    rounds for retryable items, with backoff from ``backoff`` seconds, doubling."""
+
+    def __init__(self, client: SearchClient, index: str, *, max_actions: int = 5000,
+                 max_bytes: int = 8 << 20, retries: int = 8, backoff: float = 0.2,
+                 max_backoff: float = 10.0):
+        self.client = client
+        self.path = f"/{quote(index)}/_bulk"
+        self.max_actions = max_actions
+        self.max_bytes = max_bytes
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+
+    def write(self, actions: list[Action]) -> Outcome:
+        outcome = Outcome(rejected=[])
+        for chunk in self._chunks(actions):
+            self._send(chunk, outcome)
+        return outcome
+
+    def _chunks(self, actions: list[Action]):
+        chunk: list[tuple[Action, bytes]] = []
+        size = 0
+        for action in actions:
+            try:
+                data = action.lines()
+            except (TypeError, ValueError) as exc:  # not JSON-able: a transform's output
+                raise SearchError(f"document {action.doc_id}: {exc}") from exc
+            if chunk and (len(chunk) >= self.max_actions or size + len(data) > self.max_bytes):
+                yield chunk
+                chunk, size = [], 0
+            chunk.append((action, data))
+            size += len(data)
+        if chunk:
+            yield chunk
+
+    def _send(self, chunk: list[tuple[Action, bytes]], outcome: Outcome) -> None:
+        delay = self.backoff
+        for attempt in range(self.retries + 1):
+            answer = self.client.request("POST", self.path, b"".join(d for _, d in chunk),
+                                         ndjson=True)
+            outcome.requests += 1
+            items = answer.get("items", [])
+            if len(items) != len(chunk):
+                raise SearchError(f"bulk answer has {len(items)} items for {len(chunk)} actions")
+            retry = []
+            for (action, data), item in zip(chunk, items, strict=True):
+                (op, result), = item.items()
+                status = result.get("status", 500)
+                if status < 300 or (op == "delete" and status == 404):
+                    outcome.written += 1
+                elif status == 409:
+                    outcome.stale += 1
+                elif status in RETRY_STATUSES or status >= 500:
+                    retry.append((action, data))
+                else:
+                    error = result.get("error", {})
+                    reason = (f"{error.get('type')}: {error.get('reason')}"
+                              if isinstance(error, dict) else str(error))
+                    outcome.rejected.append((action, f"{status} {reason}"))
+            if not retry:
+                return
+            if attempt == self.retries:
+                raise SearchError(f"{len(retry)} documents still refused after "
+                                  f"{self.retries} retries (the cluster is overloaded)",
+                                  hint="the batch is replayed when the materializer restarts")
+            log.warning("bulk: %d of %d items to retry in %.1f s", len(retry), len(chunk), delay)
+            time.sleep(delay)
+            delay = min(delay * 2, self.max_backoff)
+            chunk = retry

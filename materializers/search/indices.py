@@ -1,0 +1,202 @@
+"""Physical indices behind an alias, and the offsets kept for each.
+
+The alias ``NAME`` is what searches use; it points to one physical index ``NAME-<n>`` (``n`` =
+1, 2…, one more for every rebuild). Each physical index has its offsets document in the
+``bottler-offsets`` index (hidden): ``_id`` = the physical index's name, with the index's uuid
+(so a deleted and re-created index of the same name starts from offset 0), the next offset per
+topic-partition as of the last successful flush, and whether its reader released it (handed
+over to a newer index).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from bottler.errors import BottlerError
+from materializers.core.changes import TopicPartition
+from materializers.search.client import SearchClient, SearchError
+from materializers.search.documents import TABLE_FIELD
+
+OFFSETS_INDEX = "bottler-offsets"
+OFFSETS_MAPPING = {
+    "dynamic": False,
+    "properties": {
+        "index": {"type": "keyword"}, "index_uuid": {"type": "keyword"},
+        "alias": {"type": "keyword"}, "updated_at": {"type": "date"},
+        "released": {"type": "boolean"}, "offsets": {"type": "object", "enabled": False},
+    },
+}
+
+
+# -- index definitions (the mapping file) ---------------------------------------------------
+
+
+def load_definition(path: Path | None) -> dict[str, Any]:
+    """The mapping file: an index-creation body, ``{"settings": {…}, "mappings": {"properties":
+    {…}, "dynamic": …}}`` (or just ``{"properties": {…}}``). Its properties win over the
+    mapping derived from the Avro schemas, field by field; its settings apply when a physical
+    index is created."""
+    if path is None:
+        return {}
+    try:
+        body = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise BottlerError(f"cannot read the mapping file {path}: {exc}",
+                           "give a JSON file like {\"mappings\": {\"properties\": {…}}}") from exc
+    if not isinstance(body, dict):
+        raise BottlerError(f"the mapping file {path} is not a JSON object")
+    if "properties" in body and "mappings" not in body:
+        body = {"mappings": body}
+    unknown = set(body) - {"settings", "mappings"}
+    if unknown:
+        raise BottlerError(f"the mapping file {path} has unknown keys {sorted(unknown)}",
+                           "only settings and mappings")
+    return body
+
+
+def create_index(client: SearchClient, name: str, definition: dict[str, Any]) -> None:
+    """Create the physical index ``name`` with the definition's settings and mappings, plus the
+    table field. The columns' fields are added as their tables appear (SearchSink)."""
+    mappings = dict(definition.get("mappings", {}))
+    mappings["properties"] = {TABLE_FIELD: {"type": "keyword"}, **mappings.get("properties", {})}
+    body = {"mappings": mappings}
+    if definition.get("settings"):
+        body["settings"] = definition["settings"]
+    client.request("PUT", f"/{quote(name)}", body)
+
+
+# -- aliases and versions -----------------------------------------------------------------
+
+
+def physical_name(alias: str, version: int) -> str:
+    return f"{alias}-{version}"
+
+
+def versions(client: SearchClient, alias: str) -> dict[str, int]:
+    """The physical indices of ``alias`` that exist, ``name -> version``."""
+    answer = client.request("GET", f"/{quote(alias)}-*/_alias", ok=(404,))
+    pattern = re.compile(re.escape(alias) + r"-(\d+)")
+    found = {}
+    for name in answer:
+        match = pattern.fullmatch(name)
+        if match:
+            found[name] = int(match.group(1))
+    return found
+
+
+def alias_target(client: SearchClient, alias: str) -> str | None:
+    """The physical index ``alias`` points to, or None if there is no such alias. An index
+    named like the alias (not an alias) is an error: the blue/green swap needs the alias."""
+    answer = client.request("GET", f"/_alias/{quote(alias)}", ok=(404,))
+    indices = [name for name in answer if name not in ("status", "error")]
+    if not indices:
+        if client.exists(alias):
+            raise BottlerError(
+                f"{alias} is an index, not an alias",
+                f"reindex it under another name, or delete it; bottler serves {alias} as an "
+                f"alias of {alias}-1, {alias}-2…")
+        return None
+    if len(indices) > 1:
+        raise BottlerError(f"the alias {alias} points to several indices: {sorted(indices)}",
+                           "keep one: POST /_aliases with remove actions")
+    return indices[0]
+
+
+def next_version(client: SearchClient, alias: str) -> int:
+    return max(versions(client, alias).values(), default=0) + 1
+
+
+def ensure_alias(client: SearchClient, alias: str, definition: dict[str, Any]) -> str:
+    """The physical index behind ``alias``; without one, ``alias-1`` is created (or an existing
+    newest version taken) and the alias pointed at it."""
+    target = alias_target(client, alias)
+    if target is not None:
+        return target
+    existing = versions(client, alias)
+    if existing:
+        target = max(existing, key=existing.get)
+    else:
+        target = physical_name(alias, 1)
+        try:
+            create_index(client, target, definition)
+        except SearchError as exc:
+            if exc.error_type != "resource_already_exists_exception":
+                raise
+    client.request("POST", "/_aliases", {"actions": [{"add": {"index": target, "alias": alias}}]})
+    return target
+
+
+def swap(client: SearchClient, alias: str, old: str | None, new: str) -> None:
+    """Point ``alias`` from ``old`` to ``new`` in one ``_aliases`` call (atomic: every search
+    sees one or the other)."""
+    actions: list[dict[str, Any]] = []
+    if old is not None:
+        actions.append({"remove": {"index": old, "alias": alias}})
+    actions.append({"add": {"index": new, "alias": alias}})
+    client.request("POST", "/_aliases", {"actions": actions})
+
+
+def delete_index(client: SearchClient, name: str) -> None:
+    client.request("DELETE", f"/{quote(name)}", ok=(404,))
+    OffsetStore(client).delete(name)
+
+
+# -- offsets ------------------------------------------------------------------------------
+
+
+class OffsetStore:
+    """The ``bottler-offsets`` documents (created on first use)."""
+
+    def __init__(self, client: SearchClient, index: str = OFFSETS_INDEX):
+        self.client = client
+        self.index = index
+        self._ready = False
+
+    def _ensure(self) -> None:
+        if self._ready:
+            return
+        if not self.client.exists(self.index):
+            try:
+                self.client.request("PUT", f"/{self.index}", {
+                    "settings": {"index": {"hidden": True, "number_of_shards": 1}},
+                    "mappings": OFFSETS_MAPPING})
+            except SearchError as exc:
+                if exc.error_type != "resource_already_exists_exception":
+                    raise
+        self._ready = True
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        """The offsets document of the physical index ``name`` (a realtime get: no refresh
+        needed), or None."""
+        self._ensure()
+        answer = self.client.request("GET", f"/{self.index}/_doc/{quote(name, safe='')}",
+                                     ok=(404,))
+        if not answer.get("found"):
+            return None
+        return answer["_source"]
+
+    def offsets(self, name: str, uuid: str) -> dict[TopicPartition, int]:
+        """The stored offsets of index ``name`` with that uuid (empty for another index of the
+        same name, deleted since)."""
+        doc = self.get(name)
+        if doc is None or doc.get("index_uuid") != uuid:
+            return {}
+        return {(t, int(p)): int(o) for t, p, o in doc.get("offsets", [])}
+
+    def save(self, name: str, uuid: str, alias: str | None,
+             offsets: dict[TopicPartition, int], released: bool = False) -> None:
+        """Write the offsets document; durable when this returns (the translog)."""
+        self._ensure()
+        doc = {"index": name, "index_uuid": uuid, "alias": alias,
+               "updated_at": int(time.time() * 1000), "released": released,
+               "offsets": [[t, p, o] for (t, p), o in sorted(offsets.items())]}
+        self.client.request("PUT", f"/{self.index}/_doc/{quote(name, safe='')}", doc)
+
+    def delete(self, name: str) -> None:
+        self._ensure()
+        self.client.request("DELETE", f"/{self.index}/_doc/{quote(name, safe='')}", ok=(404,))
