@@ -34,8 +34,8 @@ def status(*args: str) -> subprocess.CompletedProcess:
 def cells(output: str, first: str) -> list[str] | None:
     """The cells of the table row whose first cell is ``first``."""
     for line in output.splitlines():
-        parts = [p.strip() for p in line.split("│")[1:-1]]
-        if parts and parts[0] == first:
+        parts = [p.strip() for p in line.split("│")]
+        if len(parts) > 1 and parts[0] == first:
             return parts
     return None
 

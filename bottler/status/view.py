@@ -82,7 +82,8 @@ TEXT_COLUMNS = {"slot", "database", "topic", "process", "part", "state", "endpoi
 
 
 def _table(title: str, *columns: str) -> Table:
-    table = Table(title=title, title_justify="left", title_style="bold")
+    # No outer edges: two lines fewer per table in a terminal that may be short.
+    table = Table(title=title, title_justify="left", title_style="bold", show_edge=False)
     for col in columns:  # words to the left, figures to the right
         table.add_column(col, justify="left" if col in TEXT_COLUMNS else "right",
                          no_wrap=col in ("slot", "topic"))
