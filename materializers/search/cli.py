@@ -2,14 +2,156 @@
 
 from __future__ import annotations
 
+import signal
+import threading
+from pathlib import Path
+
+import typer
+
 from bottler.errors import BottlerError
 
-
-def materialize_search() -> None:
-    """Keep a search index current from the table topics."""
-    raise BottlerError("not built yet")
+INDEX_HELP = "The alias searches use; bottler writes its physical indices NAME-1, NAME-2…"
 
 
-def reindex() -> None:
-    """Rebuild a search index from offset zero and swap its alias."""
-    raise BottlerError("not built yet")
+def _options(broker, schema_registry, topic_prefix, topics, mapping, transform, on_poison,
+             batch_size):
+    from materializers.search.documents import load_transform
+    from materializers.search.indices import load_definition
+    from materializers.search.reader import ReaderOptions
+
+    if on_poison not in ("dead-letter", "stop"):
+        raise BottlerError(f"--on-poison must be dead-letter or stop, not {on_poison!r}")
+    return ReaderOptions(
+        bootstrap=broker, registry=schema_registry, prefix=topic_prefix, topics=topics or None,
+        on_poison=on_poison, batch_size=batch_size, definition=load_definition(mapping),
+        transform=load_transform(transform) if transform else None,
+    )
+
+
+Broker = typer.Option("localhost:9092", "--broker", "-b", envvar="BOTTLER_KAFKA",
+                      help="Kafka bootstrap servers [env: BOTTLER_KAFKA]")
+Registry = typer.Option("http://localhost:8081", "--schema-registry", "-r",
+                        envvar="BOTTLER_REGISTRY",
+                        help="Schema registry URL [env: BOTTLER_REGISTRY]")
+Search = typer.Option("http://localhost:9200", "--search", "-s", envvar="BOTTLER_SEARCH",
+                      help="Elasticsearch or OpenSearch URL (http://user:password@host:9200) "
+                      "[env: BOTTLER_SEARCH]")
+Prefix = typer.Option("", "--topic-prefix", "-p", envvar="BOTTLER_TOPIC_PREFIX",
+                      help="The capture's --topic-prefix.")
+Topics = typer.Option(None, "--topic", "--topics",
+                      help="Table topic to index (repeatable) [default: every topic under the "
+                      "prefix]")
+Mapping = typer.Option(None, "--mapping", help="JSON file: settings and field mappings that "
+                       "override the ones derived from the Avro schemas.")
+TransformOpt = typer.Option(None, "--transform",
+                            help="module:function(doc, change) returning the document to "
+                            "index (or None to leave the row out).")
+OnPoison = typer.Option("dead-letter", "--on-poison", help="dead-letter (default) or stop")
+BatchSize = typer.Option(5000, "--batch-size", help="Messages per batch (and per bulk request).")
+
+
+def materialize_search(
+    index: str = typer.Option(..., "--index", "-i", help=INDEX_HELP, show_default=False),
+    broker: str = Broker,
+    schema_registry: str = Registry,
+    search: str = Search,
+    topic_prefix: str = Prefix,
+    topics: list[str] | None = Topics,
+    mapping: Path | None = Mapping,
+    transform: str | None = TransformOpt,
+    on_poison: str = OnPoison,
+    batch_size: int = BatchSize,
+    once: bool = typer.Option(False, "--once", help="Stop once caught up."),
+    metrics_port: int | None = typer.Option(None, "--metrics-port",
+                                            help="Serve Prometheus metrics on this port."),
+) -> None:
+    """Keep a search index current from the table topics (one document per row); follows the
+    alias when `bottler reindex` moves it to a rebuilt index."""
+    from materializers.search.client import SearchClient
+    from materializers.search.reader import LiveReader
+
+    options = _options(broker, schema_registry, topic_prefix, topics, mapping, transform,
+                       on_poison, batch_size)
+    if metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port)
+    reader = LiveReader(SearchClient(search), index, options)
+    if once:
+        reader.run_until_caught_up()
+        return
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    reader.run(stop)
+
+
+def reindex(
+    name: str = typer.Argument(..., help=INDEX_HELP, show_default=False),
+    show_status: bool = typer.Option(False, "--status",
+                                     help="Show which physical index serves the alias and the "
+                                     "lag of each, and exit."),
+    broker: str = Broker,
+    schema_registry: str = Registry,
+    search: str = Search,
+    topic_prefix: str = Prefix,
+    topics: list[str] | None = Topics,
+    mapping: Path | None = Mapping,
+    transform: str | None = TransformOpt,
+    on_poison: str = OnPoison,
+    batch_size: int = BatchSize,
+    max_lag: int = typer.Option(100, "--max-lag",
+                                help="Swap once the new index is at most this many messages "
+                                "behind."),
+    retention: float = typer.Option(0.0, "--retention",
+                                    help="Seconds to keep the old index after the swap before "
+                                    "deleting it."),
+    keep_old: bool = typer.Option(False, "--keep-old", help="Never delete the old index."),
+    handover_timeout: float = typer.Option(30.0, "--handover-timeout",
+                                           help="Seconds to wait for the live reader to hand "
+                                           "the old index over."),
+    timeout: float | None = typer.Option(None, "--timeout",
+                                         help="Give up if the rebuild has not caught up after "
+                                         "this many seconds."),
+) -> None:
+    """Rebuild a search index from offset zero into NAME-<next> while NAME keeps serving, then
+    swap the alias atomically and retire the old index."""
+    from rich.console import Console
+
+    from materializers.search.client import SearchClient
+    from materializers.search.reindex import reindex as run_reindex
+
+    client = SearchClient(search)
+    console = Console()
+    if show_status:
+        _print_status(console, client, name, broker)
+        return
+    options = _options(broker, schema_registry, topic_prefix, topics, mapping, transform,
+                       on_poison, batch_size)
+    run_reindex(client, name, options, max_lag=max_lag, retention=retention, keep_old=keep_old,
+                handover_timeout=handover_timeout, timeout=timeout,
+                say=lambda line: console.print(line, highlight=False))
+
+
+def _print_status(console, client, name: str, broker: str) -> None:
+    import datetime as dt
+
+    from rich.table import Table
+
+    from materializers.search.reindex import status
+
+    rows = status(client, name, broker)
+    if not rows:
+        raise BottlerError(f"no physical index of {name} ({name}-1, {name}-2…)",
+                           f"create it: bottler materialize search --index {name}")
+    table = Table(title=f"search index {name}", title_justify="left")
+    for column in ("physical index", "serves the alias", "documents", "lag (messages)",
+                   "last flush", "state"):
+        table.add_column(column)
+    for row in rows:
+        flushed = (dt.datetime.fromtimestamp(row.updated_at / 1000).isoformat(" ", "seconds")
+                   if row.updated_at else "-")
+        state = "released" if row.released else ("live" if row.serving else "building")
+        table.add_row(row.index, "yes" if row.serving else "", f"{row.documents:,}",
+                      "-" if row.lag is None else f"{row.lag:,}", flushed, state)
+    console.print(table)

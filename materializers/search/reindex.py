@@ -1,0 +1,168 @@
+"""`bottler reindex NAME`: rebuild the index behind the alias from offset zero into a new
+physical index while the old one keeps serving, then swap the alias atomically.
+
+1. Create ``NAME-<n+1>`` (the highest version + 1) and read every table topic from offset zero
+   into it with a reader of its own (consumer group ``bottler-search-NAME-<n+1>``). The alias
+   keeps serving ``NAME-<n>``, which the live reader keeps current.
+2. Once the new index is less than ``max_lag`` messages behind the topics' ends, stop the
+   rebuild reader (its last batch flushed, its offsets stored with the new index) and move the
+   alias in one ``_aliases`` call: remove from the old index, add to the new one.
+3. The live reader notices the move, releases the old index and continues the new one from the
+   rebuild's offsets (reader.LiveReader): every write that landed during the rebuild is in the
+   new index once it has caught up those last ``max_lag`` messages.
+4. Wait until the old index is released (at most ``handover_timeout`` seconds: without a live
+   reader nothing releases it), then, after ``retention`` seconds, delete it and its offsets,
+   unless ``keep_old``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from bottler.errors import BottlerError
+from materializers.search import indices
+from materializers.search.client import SearchClient
+from materializers.search.reader import ReaderOptions
+
+log = logging.getLogger(__name__)
+
+NO_TOPICS_GRACE = 15.0  # seconds to wait for table topics before building an empty index
+
+
+@dataclass
+class Reindexed:
+    alias: str
+    old: str | None
+    new: str
+    documents: int
+    rebuild_seconds: float
+    released: bool  # the live reader handed the old index over
+    deleted: bool  # the old index is gone
+
+
+def reindex(client: SearchClient, alias: str, options: ReaderOptions, *, max_lag: int = 100,
+            retention: float = 0.0, keep_old: bool = False, handover_timeout: float = 30.0,
+            timeout: float | None = None, say: Callable[[str], None] = log.info) -> Reindexed:
+    old = indices.alias_target(client, alias)
+    new = indices.physical_name(alias, indices.next_version(client, alias))
+    say(f"{alias}: rebuilding into {new} from offset 0"
+        + (f" while {old} serves the alias" if old else ""))
+    started = time.monotonic()
+    indices.create_index(client, new, options.definition)  # fails if another run took the name
+    sink, loop = options.reader(client, new, alias)
+    stop = threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            loop.run(stop)
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name=f"rebuild-{new}", daemon=True)
+    thread.start()
+    try:
+        while not failure:
+            lag = loop.lag()
+            known = [v for v in lag.values() if v is not None]
+            if lag and len(known) == len(lag) and sum(known) <= max_lag:
+                break
+            waited = time.monotonic() - started
+            if not lag and waited > NO_TOPICS_GRACE:
+                say(f"{alias}: no table topic to read: {new} stays empty")
+                break
+            if timeout is not None and waited > timeout:
+                raise BottlerError(f"{new} is still {sum(known):,} messages behind after "
+                                   f"{timeout:.0f} s", "raise --timeout or --max-lag")
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join()
+        sink.close()
+    if failure:
+        raise failure[0]
+    behind = sum(v or 0 for v in loop.lag().values())
+    indices.swap(client, alias, old, new)
+    rebuilt = time.monotonic() - started
+    client.refresh(new)
+    documents = client.request("GET", f"/{new}/_count")["count"]
+    say(f"{alias}: now served by {new} ({documents:,} documents, {behind:,} messages behind "
+        f"at the swap, rebuilt in {rebuilt:.1f} s)")
+    result = Reindexed(alias, old, new, documents, rebuilt, released=False, deleted=False)
+    if old is None:
+        return result
+    result.released = wait_released(client, old, handover_timeout)
+    if not result.released:
+        say(f"{alias}: no live reader released {old} within {handover_timeout:.0f} s (none "
+            f"running?); the next `bottler materialize search --index {alias}` continues {new}")
+    if keep_old:
+        say(f"{alias}: {old} kept (--keep-old)")
+        return result
+    if retention > 0:
+        say(f"{alias}: deleting {old} in {retention:.0f} s")
+        time.sleep(retention)
+    indices.delete_index(client, old)
+    result.deleted = True
+    say(f"{alias}: {old} deleted")
+    return result
+
+
+def wait_released(client: SearchClient, index: str, timeout: float) -> bool:
+    store = indices.OffsetStore(client)
+    deadline = time.monotonic() + timeout
+    while True:
+        doc = store.get(index)
+        if doc is not None and doc.get("released"):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+
+
+# -- status -------------------------------------------------------------------------------
+
+
+@dataclass
+class IndexStatus:
+    index: str
+    serving: bool  # the alias points to it
+    documents: int
+    lag: int | None  # messages behind the topics' ends (None: never flushed)
+    released: bool
+    updated_at: int | None  # epoch ms of its last flush
+
+
+def status(client: SearchClient, alias: str, bootstrap: str) -> list[IndexStatus]:
+    """Every physical index of ``alias``, oldest first, with its lag against the topics."""
+    serving = indices.alias_target(client, alias)
+    store = indices.OffsetStore(client)
+    found = indices.versions(client, alias)
+    rows = []
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bottler-search-status",
+                         "enable.auto.commit": False})
+    try:
+        for name in sorted(found, key=found.get):
+            doc = store.get(name)
+            uuid = client.index_uuid(name)
+            offsets = store.offsets(name, uuid) if uuid else {}
+            lag = None
+            if offsets:
+                lag = 0
+                for (topic, partition), next_offset in offsets.items():
+                    _, high = consumer.get_watermark_offsets(
+                        KafkaTopicPartition(topic, partition), timeout=10, cached=False)
+                    lag += max(0, high - next_offset)
+            count = client.request("GET", f"/{name}/_count", ok=(404,)).get("count", 0)
+            rows.append(IndexStatus(name, name == serving, count, lag,
+                                    bool(doc and doc.get("released")),
+                                    doc.get("updated_at") if doc else None))
+    finally:
+        consumer.close()
+    return rows
