@@ -13,7 +13,9 @@ from rich.console import Console
 
 from bottler.errors import BottlerError
 from bottler.status.view import render
-from bottler.status.watch import Target, Watcher, stack_target
+from bottler.status.watch import Target, Watcher, has_stack, stack_target
+
+ENV = ("BOTTLER_PG_DSN", "BOTTLER_KAFKA", "BOTTLER_METRICS")  # the endpoints without a stack
 
 
 def status(
@@ -36,7 +38,7 @@ def status(
     interval: float = typer.Option(2.0, "--interval", min=0.2, help="Seconds between refreshes."),
 ) -> None:
     """One live view of the replication slot, the topics and every process's lag and state."""
-    if postgres or broker or metrics:
+    if postgres or broker or metrics or (not has_stack(root) and any(map(os.getenv, ENV))):
         target = explicit_target(postgres, broker, metrics or [])
     else:
         target = stack_target(root)

@@ -85,9 +85,9 @@ class App:
 @dataclass
 class Snapshot:
     title: str
-    slots: list[Slot] = field(default_factory=list)
+    slots: list[Slot] | None = None  # None: no source database to ask
     slots_error: str | None = None
-    topics: list[Topic] = field(default_factory=list)
+    topics: list[Topic] | None = None  # None: no broker to ask
     topics_error: str | None = None
     apps: list[App] = field(default_factory=list)
 

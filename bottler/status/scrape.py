@@ -20,7 +20,8 @@ def scrape(name: str, url: str, timeout: float = 3.0) -> App:
         samples = [s for family in text_string_to_metric_families(response.text)
                    for s in family.samples]
     except httpx.HTTPError as exc:
-        return App(name, url, error=f"no answer from {redact(url)}: {redact(str(exc)) or exc!r}")
+        reason = redact(str(exc)) or type(exc).__name__
+        return App(name, url, error=f"no answer from {redact(url)}: {reason}")
     except ValueError as exc:  # not the Prometheus text format
         return App(name, url, error=f"{redact(url)} does not serve metrics: {exc}")
     return App(name, url, capture=_capture(name, samples),

@@ -19,7 +19,12 @@ STATE_STYLE = {CAUGHT_UP: "green", "streaming": "green", REBUILDING: "yellow",
 def render(snap: Snapshot) -> RenderableType:
     header = Text.assemble(("bottler status", "bold"), f"  {snap.title}  ",
                            (time.strftime("%H:%M:%S"), "dim"))
-    return Group(header, _slots(snap), _topics(snap), _processes(snap))
+    parts = [header]
+    if snap.slots is not None or snap.slots_error:
+        parts.append(_slots(snap))
+    if snap.topics is not None or snap.topics_error:
+        parts.append(_topics(snap))
+    return Group(*parts, _processes(snap))
 
 
 def _slots(snap: Snapshot) -> RenderableType:
@@ -27,7 +32,7 @@ def _slots(snap: Snapshot) -> RenderableType:
         return _error("Replication slots", snap.slots_error)
     table = _table("Replication slots", "slot", "database", "active", "retained WAL",
                    "confirmed lag", "WAL status")
-    for s in snap.slots:
+    for s in snap.slots or []:
         active = Text("yes", "green") if s.active else Text("no", "yellow")
         table.add_row(s.name, s.database or "-", active, _bytes(s.retained_wal),
                       _bytes(s.confirmed_lag), s.wal_status or "-")
@@ -42,7 +47,7 @@ def _topics(snap: Snapshot) -> RenderableType:
     materializers = snap.materializers
     table = _table("Topics", "topic", "partitions", "messages",
                    *(f"lag {m.name}" for m in materializers))
-    for t in sorted(snap.topics, key=lambda t: (t.control, t.name)):
+    for t in sorted(snap.topics or [], key=lambda t: (t.control, t.name)):
         style = "dim" if t.control else None
         if "dead-letter" in t.name and t.messages:
             style = "bold red"

@@ -25,17 +25,22 @@ class Target:
     stopped: Callable[[], dict[str, str]] = field(default=lambda: {})
 
 
+def has_stack(root: Path) -> bool:
+    return (root / "stack.json").exists()
+
+
 def stack_target(root: Path) -> Target:
     """Everything the embedded stack in ``root`` runs (`bottler stack up --app ...`)."""
     from compose.stack import Stack
 
-    stack = Stack(root)
-    if not stack.state_file.exists():
+    if not has_stack(root):
         raise BottlerError(
-            f"no stack in {stack.root}",
+            f"no stack in {root.resolve()}",
             "start one with `make up` (or `bottler stack up`), point --dir at it, or give "
-            "--postgres, --broker and --metrics for another deployment",
+            "--postgres, --broker and --metrics (or BOTTLER_PG_DSN, BOTTLER_KAFKA and "
+            "BOTTLER_METRICS) for another deployment",
         )
+    stack = Stack(root)
 
     def stopped() -> dict[str, str]:
         pids = stack.status()
