@@ -58,13 +58,13 @@ def status(
 def live(watcher: Watcher, interval: float) -> None:
     from rich.live import Live
 
-    with Live(render(watcher.snapshot()), auto_refresh=False, screen=False) as view:
-        try:
+    try:
+        with Live(render(watcher.snapshot()), auto_refresh=False) as view:
             while True:
                 time.sleep(interval)
                 view.update(render(watcher.snapshot()), refresh=True)
-        except KeyboardInterrupt:
-            pass
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how the view ends
 
 
 def explicit_target(postgres: str | None, broker: str | None, metrics: list[str]) -> Target:
@@ -79,7 +79,7 @@ def explicit_target(postgres: str | None, broker: str | None, metrics: list[str]
         if not sep or "://" in name:  # the URL alone
             name, url = "", item
         if not urlsplit(url).scheme.startswith("http"):
-            raise BottlerError(f"--metrics {item!r} is not an http(s) URL",
+            raise BottlerError(f"metrics endpoint {item!r} is not an http(s) URL",
                                "give name=http://host:port/metrics, or the URL alone")
         apps[name or urlsplit(url).netloc] = url
     return Target("given endpoints", postgres, broker, apps)
