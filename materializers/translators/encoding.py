@@ -1,9 +1,9 @@
 """Writing events in Confluent's wire format: the output schemas are registered once at start,
-then each key and value is framed with its schema id."""
+then each key and value is written by the project's compiled Avro writer (fastavro's bytes,
+faster), framed with its schema id."""
 
 from __future__ import annotations
 
-import io
 import json
 import struct
 from collections.abc import Mapping
@@ -15,6 +15,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from bottler.errors import BottlerError
 from materializers.translators.api import Event, Output
+from schemas.avro_writer import compile_writer
 
 _HEADER = struct.Struct(">bI")  # magic byte 0, the schema id
 
@@ -33,7 +34,7 @@ class _Writer:
                     "new topic" if exc.http_status_code == 409 else "check the registry")
             raise BottlerError(f"cannot register the schema of {subject}: {exc}", hint) from None
         self.parsed = fastavro.parse_schema(json.loads(text))
-        self.header = _HEADER.pack(0, schema_id)
+        self._write = compile_writer(text, prefix=_HEADER.pack(0, schema_id))
         # Short record names of a union, so that an event may name its type either way.
         self.names: dict[str, str] = {}
         if isinstance(self.parsed, list):
@@ -51,13 +52,10 @@ class _Writer:
             if full is None:
                 raise EncodeError(f"no record {record!r} in the value schema")
             datum = (full, datum)
-        buffer = io.BytesIO()
-        buffer.write(self.header)
         try:
-            fastavro.schemaless_writer(buffer, self.parsed, datum)
+            return self._write(datum)
         except Exception as exc:  # noqa: BLE001 - any mismatch is the event's fault
             raise EncodeError(f"{type(exc).__name__}: {exc}") from None
-        return buffer.getvalue()
 
 
 class EventEncoder:
