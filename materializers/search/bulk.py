@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -35,15 +36,14 @@ class Action:
     change: Change | None  # where it came from (None for a truncate's deletes)
 
     def lines(self) -> bytes:
-        meta = {"_id": self.doc_id, "version": self.version, "version_type": VERSION_TYPE}
+        meta = f'{{"_id":{_encode(self.doc_id)},"version":{self.version:d},{_VERSION_TYPE}}}}}\n'
         if self.doc is None:
-            return b'{"delete":' + _dumps(meta) + b"}\n"
-        return b'{"index":' + _dumps(meta) + b"}\n" + _dumps(self.doc) + b"\n"
+            return ('{"delete":' + meta).encode()
+        return ('{"index":' + meta + _encode(self.doc) + "\n").encode()
 
 
-def _dumps(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode()
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+_VERSION_TYPE = f'"version_type":"{VERSION_TYPE}"'
 
 
 @dataclass
@@ -55,15 +55,25 @@ class Outcome:
     requests: int = 0
     rejected: list[tuple[Action, str]] | None = None
 
+    def add(self, other: Outcome) -> None:
+        self.written += other.written
+        self.stale += other.stale
+        self.requests += other.requests
+        self.rejected.extend(other.rejected)
+
 
 class BulkWriter:
-    """Sends actions to one index. ``max_actions``/``max_bytes`` bound a request; ``retries``
-    rounds for retryable items, with backoff from ``backoff`` seconds, doubling."""
+    """Sends actions to one index. ``max_actions``/``max_bytes`` bound a request; up to
+    ``concurrency`` requests are in flight at once (the next one is serialised meanwhile);
+    ``retries`` rounds for retryable items, with backoff from ``backoff`` seconds, doubling."""
 
-    def __init__(self, client: SearchClient, index: str, *, max_actions: int = 5000,
-                 max_bytes: int = 8 << 20, retries: int = 8, backoff: float = 0.2,
-                 max_backoff: float = 10.0):
+    def __init__(self, client: SearchClient, index: str, *, max_actions: int = 1000,
+                 max_bytes: int = 8 << 20, concurrency: int = 2, retries: int = 8,
+                 backoff: float = 0.2, max_backoff: float = 10.0):
         self.client = client
+        self.concurrency = concurrency
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="bulk") \
+            if concurrency > 1 else None
         self.path = f"/{quote(index)}/_bulk"
         self.max_actions = max_actions
         self.max_bytes = max_bytes
@@ -72,10 +82,30 @@ class BulkWriter:
         self.max_backoff = max_backoff
 
     def write(self, actions: list[Action]) -> Outcome:
+        """Send every action; returns once every request is answered (raises if one failed,
+        after the others were)."""
         outcome = Outcome(rejected=[])
-        for chunk in self._chunks(actions):
-            self._send(chunk, outcome)
+        if self._pool is None:
+            for chunk in self._chunks(actions):
+                outcome.add(self._send(chunk))
+            return outcome
+        in_flight: list[Future] = []
+        try:
+            for chunk in self._chunks(actions):
+                if len(in_flight) >= self.concurrency:
+                    outcome.add(in_flight.pop(0).result())
+                in_flight.append(self._pool.submit(self._send, chunk))
+        finally:
+            errors = [exc for f in in_flight if (exc := f.exception()) is not None]
+        if errors:
+            raise errors[0]
+        for future in in_flight:
+            outcome.add(future.result())
         return outcome
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
 
     def _chunks(self, actions: list[Action]):
         chunk: list[tuple[Action, bytes]] = []
@@ -93,7 +123,8 @@ class BulkWriter:
         if chunk:
             yield chunk
 
-    def _send(self, chunk: list[tuple[Action, bytes]], outcome: Outcome) -> None:
+    def _send(self, chunk: list[tuple[Action, bytes]]) -> Outcome:
+        outcome = Outcome(rejected=[])
         delay = self.backoff
         for attempt in range(self.retries + 1):
             answer = self.client.request("POST", self.path, b"".join(d for _, d in chunk),
@@ -118,7 +149,7 @@ class BulkWriter:
                               if isinstance(error, dict) else str(error))
                     outcome.rejected.append((action, f"{status} {reason}"))
             if not retry:
-                return
+                return outcome
             if attempt == self.retries:
                 raise SearchError(f"{len(retry)} documents still refused after "
                                   f"{self.retries} retries (the cluster is overloaded)",

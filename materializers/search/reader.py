@@ -45,7 +45,7 @@ class ReaderOptions:
         """A sink on the physical index ``index`` and a consumer loop feeding it, with the
         index's own consumer group (``bottler-search-<index>``)."""
         sink = SearchSink(client, index, alias=alias, definition=self.definition,
-                          transform=self.transform, max_actions=self.batch_size)
+                          transform=self.transform)
         loop = Materializer(
             sink, bootstrap=self.bootstrap, registry=self.registry, group_id=sink.group_id,
             topics=self.topics, prefix=self.prefix, on_poison=self.on_poison,  # type: ignore[arg-type]

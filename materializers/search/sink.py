@@ -60,7 +60,7 @@ class SearchSink:
 
     def __init__(self, client: SearchClient | str, index: str, *, alias: str | None = None,
                  definition: dict[str, Any] | None = None, transform: Transform | None = None,
-                 group_id: str | None = None, max_actions: int = 5000):
+                 group_id: str | None = None, max_actions: int = 1000, concurrency: int = 2):
         self.client = SearchClient(client) if isinstance(client, str) else client
         self.index = index
         self.alias = alias
@@ -73,7 +73,8 @@ class SearchSink:
             indices.create_index(self.client, index, self.definition)
             self.uuid = self.client.index_uuid(index)
         self.store = indices.OffsetStore(self.client)
-        self.bulk = BulkWriter(self.client, index, max_actions=max_actions)
+        self.bulk = BulkWriter(self.client, index, max_actions=max_actions,
+                               concurrency=concurrency)
         self.written = self.stale = self.flushes = self.requests = 0
         self._overridden = set(self.definition.get("mappings", {}).get("properties", {}))
         self._mapped: set[str] = self._current_fields()
@@ -125,6 +126,7 @@ class SearchSink:
 
     def close(self) -> None:
         self._discard()
+        self.bulk.close()
 
     # -- beyond the protocol ------------------------------------------------------------
 
