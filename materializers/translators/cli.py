@@ -6,6 +6,7 @@ import signal
 import threading
 
 import typer
+from confluent_kafka import KafkaException
 
 from bottler.errors import BottlerError
 
@@ -52,10 +53,15 @@ def translate(
         output_prefix=output_prefix, group_id=group_id, on_poison=on_poison,  # type: ignore[arg-type]
         batch_size=batch_size,
     )
-    if once:
-        runner.run_until_caught_up()
-        return
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    runner.run(stop)
+    try:
+        if once:
+            runner.run_until_caught_up()
+        else:
+            runner.run(stop)
+    except KafkaException as exc:
+        raise BottlerError(f"Kafka failed: {exc.args[0].str()}",
+                           "check the broker (--broker); a restart resumes from the last "
+                           "committed batch") from None

@@ -33,6 +33,9 @@ class _Writer:
             hint = ("make the new schema compatible with the registered one, or publish to a "
                     "new topic" if exc.http_status_code == 409 else "check the registry")
             raise BottlerError(f"cannot register the schema of {subject}: {exc}", hint) from None
+        except Exception as exc:  # noqa: BLE001 - the registry cannot be reached
+            raise BottlerError(f"cannot register the schema of {subject}: {exc}",
+                               "check that the schema registry (--schema-registry) is up") from None
         self.parsed = fastavro.parse_schema(json.loads(text))
         self._write = compile_writer(text, prefix=_HEADER.pack(0, schema_id))
         # Short record names of a union, so that an event may name its type either way.
