@@ -216,6 +216,7 @@ class _Compiler:
         self.records: dict[str, str] = {}  # full name -> function, for recursive records
         self.inlining: list[str] = []  # the records being inlined, outermost first
         self.min_sizes: dict[str, int] = {}
+        self.loops = 0  # loops around the code being emitted (Python allows 20 in a function)
         self.counter = count()
 
     def fresh(self, prefix: str) -> str:
@@ -292,10 +293,17 @@ class _Compiler:
                 f"{ind}else: raise _bad_index(b, {what})",
                 f"{ind}p += 1",
             ]
+        elif kind in ("union", "array", "map") and (self.loops > 7 or len(ind) > 160):
+            # nested too deep for one function (Python's limits on loops and indentation)
+            if off:
+                out.append(f"{ind}p += {off}")
+            out.append(f"{ind}{t}, p = {self.function(schema)}(d, p)")
         elif kind == "union":
             self.emit_union(schema, t, out, ind, off)
         elif kind in ("array", "map"):
+            self.loops += 2
             self.emit_blocks(schema, t, out, ind, off)
+            self.loops -= 2
         elif kind in _RECORDS:
             if off:
                 out.append(f"{ind}p += {off}")
@@ -381,13 +389,24 @@ class _Compiler:
         name = schema["name"]
         if name not in self.records:
             fn = self.records[name] = self.fresh("record")
-            lines = [f"def {fn}(d, p):"]
             saved, self.inlining = self.inlining, [name]
-            self.record_body(schema, "r", lines, "    ")
+            self.function_source(fn, lambda lines: self.record_body(schema, "r", lines, "    "))
             self.inlining = saved
-            lines.append("    return r, p")
-            self.source.append("\n".join(lines))
         return self.records[name]
+
+    def function(self, schema: Any) -> str:
+        """A generated ``(d, p) -> (datum, p)`` function reading ``schema``."""
+        fn = self.fresh("read")
+        self.function_source(fn, lambda lines: self.emit(schema, "r", lines, "    "))
+        return fn
+
+    def function_source(self, fn: str, body: Callable[[list[str]], None]) -> None:
+        lines = [f"def {fn}(d, p):"]
+        saved, self.loops = self.loops, 0
+        body(lines)
+        self.loops = saved
+        lines.append("    return r, p")
+        self.source.append("\n".join(lines))
 
 
 # --------------------------------------------------------------------------- public API

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import io
+import json
 import math
+import struct
 import uuid
 from decimal import Decimal
 
 import fastavro
 import pytest
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from materializers.core.decode import DecodeError, Decoder
 from schemas.avro_reader import AvroReadError, compile_reader
 from schemas.avro_schema import record_schemas, row_encoder, without_logical_types
 from schemas.avro_writer import compile_writer
@@ -297,3 +301,36 @@ def test_malformed(schema, data, message):
     with pytest.raises(AvroReadError, match=message):
         read(data, 0)
     assert issubclass(AvroReadError, ValueError)
+
+
+def test_deep_nesting_beyond_pythons_block_limit():
+    # Python allows 20 nested loops in a function: deeper parts get functions of their own
+    schema, datum = ["null", "int"], 1
+    for _ in range(12):
+        schema, datum = ["null", {"type": "array", "items": schema}], [datum, None]
+    schema = record(("a", schema), ("b", "int"))
+    assert check(schema, fastavro_bytes(schema, {"a": datum, "b": 7})) == {"a": datum, "b": 7}
+
+
+def test_the_decoder_reads_with_the_compiled_reader(stack):
+    columns = [c for c, _ in PG_COLUMNS]
+    _, schema = record_schemas("public", f"decoded_{uuid.uuid4().hex[:8]}", columns, [])
+    registry = SchemaRegistryClient({"url": stack.registry_url})
+    schema_id = registry.register_schema(
+        f"decoded-{uuid.uuid4()}", Schema(json.dumps(schema), "AVRO")
+    )
+    decoder = Decoder(registry)
+    assert decoder.schema(schema_id).read is not None
+    frame = b"\x00" + struct.pack(">I", schema_id)
+    encode, write = row_encoder(columns), compile_writer(schema)
+    plain = without_logical_types(schema)
+    for row in _rows(columns, [t for _, t in PG_COLUMNS])[-3:]:
+        body = write(encode(row))
+        _, datum = decoder.decode(frame + body)
+        assert same(datum, fastavro_read(plain, body)[0])
+        with pytest.raises(DecodeError, match=f"schema id {schema_id}: .*bytes left"):
+            decoder.decode(frame + body + b"\x00")
+        with pytest.raises(DecodeError, match=f"schema id {schema_id}: truncated"):
+            decoder.decode(frame + body[:-1])
+    with pytest.raises(DecodeError, match="index 2 is out of range"):
+        decoder.decode(frame + b"\x04")
