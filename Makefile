@@ -10,7 +10,7 @@ STACK_DIR ?= .stack
 STACK  ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo embedded)
 COMPOSE := docker compose -f compose/docker-compose.yml
 
-.PHONY: up down status test bench lint deps system-deps
+.PHONY: up down status test test-faults bench lint deps system-deps
 
 deps: system-deps $(STAMP)
 
@@ -43,6 +43,11 @@ status: $(STAMP)
 
 test: deps
 	$(BIN)/pytest
+
+# The fault suite alone, longer and harder than in `make test` (tests/faults/test_faults.py).
+test-faults: deps
+	BOTTLER_FAULT_SECONDS=$${BOTTLER_FAULT_SECONDS:-120} BOTTLER_FAULT_RATE=$${BOTTLER_FAULT_RATE:-50} \
+		$(BIN)/pytest -m faults tests/faults
 
 bench: deps
 	$(BIN)/python -m tests.bench

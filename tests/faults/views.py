@@ -1,0 +1,74 @@
+"""Each view of the appliance compared with the source database, and the topics' duplicates."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from bottler.migrate.verify import DIFFERENT, EXTRA, MISSING, verify
+from compose.stack import REPLICA_DB, Stack
+from tests.support import Decoder, read_topic
+
+
+@dataclass
+class ViewCheck:
+    view: str
+    missing: int = 0  # rows of the source the view lacks: losses
+    different: int = 0  # rows the view holds with another value (stale or wrong)
+    extra: int = 0  # rows the view holds that the source does not (a missed delete)
+    detail: str = ""
+    keys: list[tuple[str, str]] = field(default_factory=list)  # (table, "id=5") that differ
+
+    @property
+    def equal(self) -> bool:
+        return not (self.missing or self.different or self.extra)
+
+
+def replica(stack: Stack) -> ViewCheck:
+    report = verify(stack.endpoints.pg_dsn, stack.postgres.dsn(REPLICA_DB))
+    check = ViewCheck("replica")
+    for table in report.tables:
+        counts = table.difference_counts
+        check.missing += counts[MISSING] + (0 if table.exists_in_target else table.source_rows)
+        check.different += counts[DIFFERENT]
+        check.extra += counts[EXTRA]
+        if not table.identical:
+            check.detail += f"{table.qualified}: {dict(counts)} {table.problems}; "
+            if not (counts or table.problems):  # checksums differ, no key listed
+                check.different += 1
+            check.keys += [(table.table, d.key) for d in table.differences]
+    return check
+
+
+VIEWS: dict[str, Callable[[Stack], ViewCheck]] = {"replica": replica}
+
+
+def duplicates(stack: Stack, topics: list[str]) -> int:
+    """Messages that repeat the previous message of their key byte for byte: replays of the
+    at-least-once path (a row updated to the same value counts too: an upper bound)."""
+    count = 0
+    for topic in topics:
+        last: dict[bytes | None, bytes | None] = {}
+        for msg in read_topic(stack.endpoints.kafka, topic):
+            key = msg.key()
+            if key in last and last[key] == msg.value():
+                count += 1
+            last[key] = msg.value()
+    return count
+
+
+def whereabouts(stack: Stack, check: ViewCheck) -> str:
+    """Where the differing rows are in their topics (for a diagnosis): the last message of each
+    key, or that the topic never had it (then the capture lost it, not the view)."""
+    decoder = Decoder(stack.endpoints.registry)
+    notes = []
+    for table in sorted({t for t, _ in check.keys}):
+        wanted = {k for t, k in check.keys if t == table}
+        last: dict[str, str] = {}
+        for msg in read_topic(stack.endpoints.kafka, table):
+            key = ", ".join(f"{c}={v}" for c, v in decoder.key(msg).items())
+            if key in wanted:
+                value = decoder.value(msg) if msg.value() is not None else None
+                last[key] = f"@{msg.offset()} {'tombstone' if value is None else value}"
+        notes += [f"{table} {k}: {last.get(k, 'never in the topic')}" for k in sorted(wanted)]
+    return " | " + "; ".join(notes)
