@@ -15,8 +15,6 @@ from materializers.search.documents import TABLE_FIELD
 from materializers.search.sink import SearchSink
 from tests.test_conformance import Adapter
 
-DECIMAL_TYPES = {"scaled_float", "double"}  # decimals are kept exact in _source, as strings
-
 
 def documents(sink: SearchSink, table: TableId) -> list[dict[str, Any]]:
     """The ``_source`` of every document of ``table``, as searches see them after a refresh."""
@@ -28,15 +26,18 @@ def documents(sink: SearchSink, table: TableId) -> list[dict[str, Any]]:
 
 
 def python_row(sink: SearchSink, source: dict[str, Any], columns: Sequence[str]) -> tuple:
-    """A document's columns as the Python values the decoded rows had (decimals back from
-    their exact text)."""
+    """A document's columns as the Python values the decoded rows had: decimals back from
+    their JSON number (``scaled_float``: at most 15 digits, exact through a double) or their
+    exact text (wider decimals, mapped ``double``)."""
     mapping = sink.client.request("GET", f"/{sink.index}/_mapping")[sink.index]["mappings"]
     types = {name: m.get("type") for name, m in mapping.get("properties", {}).items()}
     row = []
     for column in columns:
         value = source.get(column)
-        if isinstance(value, str) and types.get(column) in DECIMAL_TYPES:
-            value = Decimal(value)
+        kind = types.get(column)
+        if (kind == "scaled_float" and isinstance(value, float | int)) or (
+                kind == "double" and isinstance(value, str)):
+            value = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
         row.append(value)
     return tuple(row)
 

@@ -76,7 +76,7 @@ def served(es: Elasticsearch, alias: str) -> dict[int, tuple]:
         return {}
     es.indices.refresh(index=alias)
     hits = es.search(index=alias, size=10_000, query={"match_all": {}})["hits"]["hits"]
-    return {h["_source"]["id"]: (h["_source"]["name"], Decimal(h["_source"]["price"]),
+    return {h["_source"]["id"]: (h["_source"]["name"], Decimal(repr(h["_source"]["price"])),
                                  h["_source"]["stock"]) for h in hits}
 
 

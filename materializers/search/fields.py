@@ -145,9 +145,9 @@ def _primitive(kind: str, avro: dict | None, pg_type: str, flattened: str
     if logical == "decimal":
         precision = int(avro.get("precision", 0))
         scale = int(avro.get("scale", 0))
-        if 0 < precision <= 15:
+        if 0 < precision <= 15:  # a double holds 15 significant digits exactly
             return {"type": "scaled_float", "scaling_factor": 10 ** scale,
-                    "ignore_malformed": True}, str
+                    "ignore_malformed": True}, decimal_number
         return {"type": "double", "ignore_malformed": True}, str
     if kind == "boolean":
         return {"type": "boolean"}, None
@@ -225,6 +225,12 @@ def time_json(micros: int) -> str:
     hours, seconds = divmod(seconds, 3600)
     minutes, seconds = divmod(seconds, 60)
     return f"{hours:02d}:{minutes:02d}:{seconds:02d}.{us:06d}"
+
+
+def decimal_number(value: Decimal) -> Any:
+    """A decimal of at most 15 significant digits as a JSON number (the float has the same
+    digits: ``Decimal(repr(x))`` gives it back, trailing zeros aside); NaN as a string."""
+    return float(value) if value.is_finite() else str(value)
 
 
 def float_json(value: float) -> Any:
