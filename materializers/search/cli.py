@@ -148,10 +148,12 @@ def _print_status(console, client, name: str, broker: str) -> None:
     for column in ("physical index", "serves the alias", "documents", "lag (messages)",
                    "last flush", "state"):
         table.add_column(column)
-    for row in rows:
+    serving = next((i for i, row in enumerate(rows) if row.serving), len(rows))
+    for i, row in enumerate(rows):  # oldest first
         flushed = (dt.datetime.fromtimestamp(row.updated_at / 1000).isoformat(" ", "seconds")
                    if row.updated_at else "-")
-        state = "released" if row.released else ("live" if row.serving else "building")
+        state = ("live" if row.serving else "released" if row.released
+                 else "building" if i > serving else "old")
         table.add_row(row.index, "yes" if row.serving else "", f"{row.documents:,}",
                       "-" if row.lag is None else f"{row.lag:,}", flushed, state)
     console.print(table)
