@@ -3,13 +3,107 @@ bottler/cli.py)."""
 
 from __future__ import annotations
 
+import logging
+import signal
+import threading
+from pathlib import Path
+
 import typer
 
 from bottler.errors import BottlerError
 
 warehouse_app = typer.Typer(no_args_is_help=True, help="Maintain the Delta warehouse tables.")
 
+PATH = typer.Option(..., "--path", envvar="BOTTLER_WAREHOUSE_PATH",
+                    help="The warehouse directory [env: BOTTLER_WAREHOUSE_PATH]",
+                    show_default=False)
 
-def materialize_warehouse() -> None:
+
+def materialize_warehouse(
+    path: Path = PATH,
+    broker: str = typer.Option("localhost:9092", "--broker", "-b", envvar="BOTTLER_KAFKA",
+                               help="Kafka bootstrap servers [env: BOTTLER_KAFKA]"),
+    schema_registry: str = typer.Option(
+        "http://localhost:8081", "--schema-registry", "-r", envvar="BOTTLER_REGISTRY",
+        help="Schema registry URL [env: BOTTLER_REGISTRY]"),
+    topic_prefix: str = typer.Option("", "--topic-prefix", "-p", envvar="BOTTLER_TOPIC_PREFIX",
+                                     help="The capture's --topic-prefix."),
+    topics: list[str] | None = typer.Option(None, "--topic", "--topics",
+                                            help="Table topic to read (repeatable) "
+                                            "[default: every topic under the prefix]"),
+    on_poison: str = typer.Option("dead-letter", "--on-poison",
+                                  help="dead-letter (default) or stop"),
+    once: bool = typer.Option(False, "--once",
+                              help="Catch up to the current high watermarks, then exit."),
+    master: str = typer.Option("local[2]", "--master", envvar="BOTTLER_SPARK_MASTER",
+                               help="Spark master [env: BOTTLER_SPARK_MASTER]"),
+    max_messages: int = typer.Option(1_000_000, "--max-messages",
+                                     help="Offsets per partition per micro-batch, at most."),
+    interval: float = typer.Option(1.0, "--interval",
+                                   help="Seconds between micro-batches when idle."),
+) -> None:
     """Merge the table topics into Delta Lake tables with PySpark."""
-    raise BottlerError("not built yet")
+    from materializers.warehouse.job import WarehouseJob, spark_session
+
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    spark = spark_session(master)
+    job = WarehouseJob(spark, str(path), bootstrap=broker, registry=schema_registry,
+                       prefix=topic_prefix, topics=topics or None, on_poison=on_poison,
+                       max_messages=max_messages)
+    try:
+        if once:
+            total = job.run_until_caught_up()
+            typer.echo(f"warehouse load done: {total.changes} changes, {total.truncates} "
+                       f"truncates, {total.dead_letters} dead letters into {path}")
+            return
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        job.run(stop, interval)
+    finally:
+        job.close()
+        spark.stop()
+
+
+@warehouse_app.command("optimize")
+def optimize_command(
+    path: Path = PATH,
+    tables: list[str] | None = typer.Option(None, "--table",
+                                            help="schema.table to compact (repeatable) "
+                                            "[default: every table]"),
+    target_size: int | None = typer.Option(None, "--target-size",
+                                           help="Target file size in bytes."),
+) -> None:
+    """Compact the tables' small files (one per micro-batch and table) into large ones."""
+    from materializers.warehouse import maintenance
+
+    _exists(path)
+    for name, table in maintenance.tables(path, tables):
+        metrics = maintenance.optimize(table, target_size)
+        typer.echo(f"{name}: {metrics.get('numFilesRemoved', 0)} files compacted into "
+                   f"{metrics.get('numFilesAdded', 0)}")
+
+
+@warehouse_app.command("vacuum")
+def vacuum_command(
+    path: Path = PATH,
+    tables: list[str] | None = typer.Option(None, "--table",
+                                            help="schema.table to vacuum (repeatable) "
+                                            "[default: every table]"),
+    retention_hours: int = typer.Option(168, "--retention-hours",
+                                        help="Keep the files of versions this recent."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the files, delete nothing."),
+) -> None:
+    """Delete the data files no table version within the retention needs."""
+    from materializers.warehouse import maintenance
+
+    _exists(path)
+    for name, table in maintenance.tables(path, tables):
+        files = maintenance.vacuum(table, retention_hours, dry_run)
+        typer.echo(f"{name}: {len(files)} files {'to delete' if dry_run else 'deleted'}")
+
+
+def _exists(path: Path) -> None:
+    if not path.is_dir():
+        raise BottlerError(f"no warehouse at {path}",
+                           "give the --path of a `bottler materialize warehouse` run")
