@@ -96,7 +96,7 @@ def _names(schemas: Iterable[dict | None]) -> dict[str, str]:
     """Avro field name -> Delta column, from the value schemas (the latest wins): how a key
     record's fields (which carry no ``pg.name``) find their columns."""
     names: dict[str, str] = {}
-    for schema in schemas:
+    for schema in {id(s): s for s in schemas}.values():  # a few versions among many changes
         if schema is not None:
             names.update((f["name"], column_name(f)) for f in schema["fields"])
     return names

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 DATE_MIN, DATE_MAX = -719162, 2932896  # 0001-01-01, 9999-12-31 in days since 1970-01-01
 TS_MIN, TS_MAX = DATE_MIN * 86_400_000_000, (DATE_MAX + 1) * 86_400_000_000 - 1
@@ -47,10 +47,20 @@ def _clamp(lo: int, hi: int, neg_inf: int, pos_inf: int) -> Converter:
     return convert
 
 
-def _decimal(v: Any) -> Decimal:
-    if isinstance(v, str):  # "NaN" (or ±Infinity): the numeric union's string branch
-        raise OutOfRange(f"numeric {v} has no decimal value in Delta")
-    return v
+def _clamp_array(lo: int, hi: int, neg_inf: int, pos_inf: int, arrow: pa.DataType):
+    """The column form of :func:`_clamp`: ints in, ``arrow`` out, in Arrow compute."""
+
+    source = pa.int32() if arrow == pa.date32() else pa.int64()
+
+    def convert(ints: pa.Array) -> pa.Array:
+        ints = pc.if_else(pc.equal(ints, pos_inf), hi, pc.if_else(pc.equal(ints, neg_inf),
+                                                                   lo, ints))
+        low, high = pc.min_max(ints).values()
+        if (low.is_valid and low.as_py() < lo) or (high.is_valid and high.as_py() > hi):
+            raise OutOfRange("a value outside Delta's date/time range")
+        return ints.cast(source).cast(arrow)
+
+    return convert
 
 
 def _json(v: Any) -> str:
@@ -58,13 +68,26 @@ def _json(v: Any) -> str:
 
 
 class Mapped:
-    """An Avro type's Arrow type and the converter its values need (None: as they are)."""
+    """An Avro type's Arrow type and the converter its values need (None: as they are);
+    ``column``, where set, converts a whole column at once from ``source`` values."""
 
-    __slots__ = ("arrow", "convert")
+    __slots__ = ("arrow", "column", "convert", "source")
 
-    def __init__(self, arrow: pa.DataType, convert: Converter | None = None):
+    def __init__(self, arrow: pa.DataType, convert: Converter | None = None,
+                 column: Callable[[pa.Array], pa.Array] | None = None,
+                 source: pa.DataType | None = None):
         self.arrow = arrow
         self.convert = convert
+        self.column = column
+        self.source = source
+
+    def array(self, values: list) -> pa.Array:
+        if self.column is not None:
+            return self.column(pa.array(values, type=self.source))
+        if self.convert is not None:
+            convert = self.convert
+            values = [None if v is None else convert(v) for v in values]
+        return pa.array(values, type=self.arrow)
 
 
 def mapped(avro: Any, named: dict[str, Any] | None = None) -> Mapped:
@@ -94,12 +117,15 @@ def mapped(avro: Any, named: dict[str, Any] | None = None) -> Mapped:
         precision, scale = int(avro["precision"]), int(avro.get("scale", 0))
         arrow = pa.decimal128(precision, scale) if precision <= 38 else \
             pa.decimal256(precision, scale)
-        return Mapped(arrow, _decimal)
+        return Mapped(arrow)  # a "NaN" (the string branch) fails to convert: refused
     if kind == "int" and logical == "date":
-        return Mapped(pa.date32(), _clamp(DATE_MIN, DATE_MAX, INT_MIN, INT_MAX))
+        return Mapped(pa.date32(), _clamp(DATE_MIN, DATE_MAX, INT_MIN, INT_MAX),
+                      _clamp_array(DATE_MIN, DATE_MAX, INT_MIN, INT_MAX, pa.date32()),
+                      pa.int32())
     if kind == "long" and logical in ("timestamp-micros", "local-timestamp-micros"):
-        return Mapped(TIMESTAMP_TZ if logical == "timestamp-micros" else TIMESTAMP_NTZ,
-                      _clamp(TS_MIN, TS_MAX, LONG_MIN, LONG_MAX))
+        arrow = TIMESTAMP_TZ if logical == "timestamp-micros" else TIMESTAMP_NTZ
+        return Mapped(arrow, _clamp(TS_MIN, TS_MAX, LONG_MIN, LONG_MAX),
+                      _clamp_array(TS_MIN, TS_MAX, LONG_MIN, LONG_MAX, arrow), pa.int64())
     if kind == "record":
         fields = [(f["name"], mapped(f["type"], named)) for f in avro["fields"]]
         arrow = pa.struct([(name, m.arrow) for name, m in fields])
@@ -170,11 +196,7 @@ class RecordLayout:
         the row) when a value does not fit."""
         arrays, names = [], []
         for field, column, m in self.fields:
-            values = [row.get(field) for row in rows]
-            if m.convert is not None:
-                convert = m.convert
-                values = [None if v is None else convert(v) for v in values]
-            arrays.append(pa.array(values, type=m.arrow))
+            arrays.append(m.array([row.get(field) for row in rows]))
             names.append(column)
         for column, array in (extra or {}).items():
             arrays.append(array)

@@ -1,0 +1,149 @@
+"""The warehouse sink's MERGE against Delta's own bulk path, on the same rows, in one run:
+
+- raw ceiling: a plain Delta append (delta-rs ``write_deltalake``, mode append) of CHANGES rows,
+  already in Arrow, into a table of ROWS rows;
+- merge: CHANGES changes (80% updates of existing keys, 10% inserts, 10% deletes; the changed
+  rows are the appended rows) through :class:`DeltaSink` ``write`` + ``flush`` into a copy of
+  the same ROWS-row table: the Arrow conversion of the decoded changes and one MERGE commit
+  recording the offsets, timed together (the split is in the notes).
+
+Rows are the bench's usual ~100 B shape (id, name, qty, price numeric(10,2), created
+timestamptz). Runs without the stack: ``python -m tests.bench.warehouse [--rows N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+from materializers.core import Change, TableId
+from materializers.warehouse.sink import DeltaSink, table_path
+from tests.bench.report import Figure, code_line, machine_line, print_report
+
+ROWS = 1_000_000
+CHANGES = 100_000
+TOPIC = "bench_warehouse.bench"
+TABLE = TableId("public", "bench")
+
+
+def _field(name, avro, pg_type):
+    return {"name": name, "type": ["null", avro], "default": None, "pg.name": name,
+            "pg.type": pg_type}
+
+
+VALUE = {"type": "record", "name": "bench", "namespace": "public", "pg.schema": "public",
+         "pg.table": "bench", "fields": [
+             _field("id", "int", "integer"), _field("name", "string", "text"),
+             _field("qty", "int", "integer"),
+             _field("price", [{"type": "bytes", "logicalType": "decimal", "precision": 10,
+                               "scale": 2}, "string"], "numeric(10,2)"),
+             _field("created", {"type": "long", "logicalType": "timestamp-micros"},
+                    "timestamp with time zone")]}
+KEY = {"type": "record", "name": "bench", "namespace": "public.key", "pg.schema": "public",
+       "pg.table": "bench", "fields": [{"name": "id", "type": "int"}]}
+T0 = 1_717_243_200_000_000  # 2024-06-01 in µs
+
+
+def row(i: int, version: int = 0) -> dict:
+    return {"id": i, "name": f"row {i} v{version} " + "x" * 40, "qty": i % 1000,
+            "price": Decimal(i % 100_000) / 100, "created": T0 + i * 1_000_000}
+
+
+def arrow(rows: list[dict]) -> pa.Table:
+    return pa.table({
+        "id": pa.array([r["id"] for r in rows], pa.int32()),
+        "name": pa.array([r["name"] for r in rows], pa.string()),
+        "qty": pa.array([r["qty"] for r in rows], pa.int32()),
+        "price": pa.array([r["price"] for r in rows], pa.decimal128(10, 2)),
+        "created": pa.array([r["created"] for r in rows], pa.timestamp("us", tz="UTC")),
+    })
+
+
+def changes(rows: int, count: int) -> list[Change]:
+    """``count`` changes: updates of existing keys, then inserts past ``rows``, then deletes."""
+    updates, inserts = count * 8 // 10, count // 10
+    deletes = count - updates - inserts
+    step = max(rows // updates, 1)
+    out = []
+    for n, i in enumerate(range(1, rows + 1, step)):
+        if n == updates:
+            break
+        out.append(("upsert", row(i, 1)))
+    out += [("upsert", row(rows + 1 + i, 1)) for i in range(inserts)]
+    out += [("delete", {"id": 2 + i * step}) for i in range(deletes)]
+    return [Change(TOPIC, TABLE, op, {"id": v["id"]}, v if op == "upsert" else None, 0, n,
+                   1, 2 if op == "upsert" else None, KEY, VALUE if op == "upsert" else None)
+            for n, (op, v) in enumerate(out)]
+
+
+def warehouse(rows: int = ROWS, count: int = CHANGES, say=print) -> list[Figure]:
+    work = Path(tempfile.mkdtemp(prefix="bench-warehouse-"))
+    try:
+        base = work / "base"
+        say(f"warehouse: a {rows:,}-row Delta table")
+        write_deltalake(str(base), arrow([row(i) for i in range(1, rows + 1)]))
+        batch = changes(rows, count)
+        appended = arrow([c.value if c.value else row(c.key["id"], 1) for c in batch])
+
+        say(f"warehouse: raw ceiling, append of {count:,} rows")
+        append_copy = work / "append"
+        shutil.copytree(base, append_copy)
+        start = time.perf_counter()
+        write_deltalake(str(append_copy), appended, mode="append")
+        append_s = time.perf_counter() - start
+
+        say(f"warehouse: MERGE of {count:,} changes")
+        root = work / "merge"
+        shutil.copytree(base, table_path(root, TABLE))
+        sink = DeltaSink(root)
+        sink.stored_offsets([(TOPIC, 0)])
+        start = time.perf_counter()
+        sink.write(batch, {(TOPIC, 0): count})
+        staged = time.perf_counter()
+        sink.flush()
+        merge_s = time.perf_counter() - start
+        delta = DeltaTable(str(table_path(root, TABLE)))
+        expected = rows + count // 10 - (count - count * 8 // 10 - count // 10)
+        if delta.count() != expected:
+            raise RuntimeError(f"the merged table holds {delta.count():,} rows, not "
+                               f"{expected:,}")
+        metrics = delta.history(1)[0].get("operationMetrics", {})
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    ceiling = Figure(
+        f"delta: plain append of {count:,} rows (delta-rs)", count / append_s, "rows/s",
+        notes=[f"{count:,} rows of ~100 B already in Arrow, appended to a {rows:,}-row table: "
+               f"{append_s:.2f} s"])
+    merge = Figure(
+        f"warehouse: MERGE of {count:,} changes into a {rows:,}-row Delta table",
+        count / merge_s, "changes/s", ceiling=ceiling,
+        notes=[f"{merge_s:.2f} s for DeltaSink write + flush ({staged - start:.2f} s turning "
+               f"the decoded changes into Arrow, {merge_s - (staged - start):.2f} s the MERGE "
+               f"commit with its offsets); 80% updates, 10% inserts, 10% deletes; "
+               f"{metrics.get('num_target_rows_copied', '?'):,} unchanged rows rewritten into "
+               f"{metrics.get('num_target_files_added', '?')} new files; row count checked"])
+    return [ceiling, merge]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.warehouse", description=__doc__)
+    parser.add_argument("--rows", type=int, default=ROWS, help=f"table rows [{ROWS:,}]")
+    parser.add_argument("--changes", type=int, default=CHANGES,
+                        help=f"changes to merge [{CHANGES:,}]")
+    args = parser.parse_args(argv)
+    header = [code_line(), machine_line()]
+    figures = warehouse(args.rows, args.changes,
+                        say=lambda what: print(f"bench: {what}", file=sys.stderr, flush=True))
+    print_report(figures, header)
+
+
+if __name__ == "__main__":
+    main()
