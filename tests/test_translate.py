@@ -4,11 +4,15 @@ dead letters and a restart that restores the keyed state."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import uuid
 from contextlib import contextmanager
 from decimal import Decimal
 
+import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -17,6 +21,8 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from bottler.errors import BottlerError
+from compose.demo import seed
+from compose.procs import free_port
 from materializers.core import TableId
 from materializers.translators import Event, Output, RowChange, Source, Translator
 from materializers.translators.examples import orders
@@ -310,3 +316,49 @@ def test_a_translator_that_fails_stops_under_the_stop_policy(stack, source, pref
                 "insert into orders (id, customer_id, total) values (3, 3, 1)")
         wait_for(lambda: failure, 30, "the translator to stop")
     assert len(read_committed(stack.kafka, f"{prefix}.out")) == 1  # 3 is after the stop
+
+
+def metric(port: int, name: str, **labels: str) -> float | None:
+    want = [f'{k}="{v}"' for k, v in labels.items()]
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    except httpx.HTTPError:  # not serving yet
+        return None
+    for line in text.splitlines():
+        if line.startswith(f"{name} ") or (
+                line.startswith(f"{name}{{") and all(w in line for w in want)):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_the_demo_shop_as_make_up_runs_it(stack, source, prefix, start, tmp_path):
+    """The seeded shop's 5000 orders (a quarter each placed, paid, shipped, cancelled) through
+    `bottler translate` as a process, ready once its metrics answer, stopped by SIGTERM."""
+    seed(source)
+    start()
+    port = free_port()
+    log = tmp_path / "translate.log"
+    with open(log, "ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bottler", "translate",
+             "materializers.translators.examples.orders:translator", "--topic-prefix", prefix,
+             "--metrics-port", str(port)],
+            env={**os.environ, "BOTTLER_KAFKA": stack.kafka,
+                 "BOTTLER_REGISTRY": stack.registry_url},
+            stdout=out, stderr=subprocess.STDOUT)
+    try:
+        group = f"{prefix}.bottler-translate-orders"
+        wait_for(lambda: process.poll() is not None or metric(
+            port, "bottler_translator_events_total", translator=group) == 10_000, 120,
+            "10000 events")
+        assert process.poll() is None, log.read_text()[-2000:]
+        assert metric(port, "bottler_materializer_caught_up", materializer=group) == 1.0
+        assert metric(port, "bottler_translator_state_rows", translator=group) == 5000
+    finally:
+        process.terminate()
+        assert process.wait(30) == 0, log.read_text()[-2000:]
+    counts: dict[str, int] = {}
+    for _, kind, _ in Events(stack, f"{prefix}.order-events").decoded():
+        counts[kind] = counts.get(kind, 0) + 1
+    assert counts == {"OrderPlaced": 5000, "OrderPaid": 2500, "OrderShipped": 1250,
+                      "OrderCancelled": 1250}
