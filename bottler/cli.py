@@ -71,10 +71,7 @@ def _print_stack(stack, outcome: dict[str, str] | None = None) -> None:
         ("search", "broker", ep.search),
         ("registry", "registry", ep.registry),
     ]
-    if "capture" in stack.apps:
-        apis.append(("capture", "capture", f"http://127.0.0.1:{stack.ports.metrics}/metrics"))
-    if "replica" in stack.apps:
-        apis.append(("replica", "replica", stack.postgres.dsn("replica")))
+    apis += [(f"{app} metrics", app, url) for app, url in stack.metrics_urls().items()]
     pids = stack.status()
     table = Table(title=f"bottler stack ({stack.root})", title_justify="left")
     for col in ("api", "process", "state", "pid", "endpoint"):
@@ -84,6 +81,11 @@ def _print_stack(stack, outcome: dict[str, str] | None = None) -> None:
         state = (outcome or {}).get(service) or ("running" if pid else "stopped")
         table.add_row(api, service, state, str(pid or "-"), redact(endpoint))
     out.print(table)
+    views = stack.views()
+    if views:
+        out.print("Where to look:")
+        for what, where in views:
+            out.print(f"  {what}: {redact(where)}", highlight=False)
 
 
 @stack_app.command("up")
@@ -95,15 +97,21 @@ def stack_up(
     search_port: int | None = _port("search", 19200),
     metrics_port: int | None = _port("metrics", 19100),
     replica_metrics_port: int | None = _port("replica-metrics", 19101),
+    search_metrics_port: int | None = _port("search-metrics", 19102),
+    warehouse_metrics_port: int | None = _port("warehouse-metrics", 19103),
+    translator_metrics_port: int | None = _port("translator-metrics", 19104),
+    load_metrics_port: int | None = _port("load-metrics", 19105),
     apps: list[str] | None = typer.Option(
-        None, "--app", help="Also run this part of the appliance (capture, replica); "
-        "remembered."),
+        None, "--app", help="Also run this part of the appliance (capture, replica, search, "
+        "warehouse, translator, load); remembered."),
     demo: bool = typer.Option(False, "--demo", help="Seed the demo shop (before the apps)."),
 ) -> None:
     """Start PostgreSQL, the broker (Kafka + search APIs) and the registry, and the apps;
     idempotent."""
     ports = dict(postgres=postgres_port, kafka=kafka_port, registry=registry_port,
-                 search=search_port, metrics=metrics_port, replica_metrics=replica_metrics_port)
+                 search=search_port, metrics=metrics_port, replica_metrics=replica_metrics_port,
+                 search_metrics=search_metrics_port, warehouse_metrics=warehouse_metrics_port,
+                 translator_metrics=translator_metrics_port, load_metrics=load_metrics_port)
     stack = _stack(root, ports)
     outcome = stack.up(tuple(apps or ()), demo=demo)
     _print_stack(stack, outcome)

@@ -126,3 +126,8 @@ def capture(root: Path, env: dict[str, str], metrics_port: int) -> Service:
 def replica(root: Path, env: dict[str, str], metrics_port: int) -> Service:
     """The target-Postgres replica of the captured topics (database `replica` of the stack)."""
     return _app(root, "replica", ["materialize", "postgres"], env, metrics_port)
+
+
+def load(root: Path, env: dict[str, str], metrics_port: int) -> Service:
+    """A gentle write load on the demo shop (`bottler demo load`), so every view moves."""
+    return _app(root, "load", ["demo", "load", "--rate", "5"], env, metrics_port)

@@ -57,7 +57,7 @@ class Stack:
     then the appliance's processes that were asked for (`apps`), which the stack remembers."""
 
     ORDER = ("postgres", "broker", "registry")
-    APPS = ("capture", "replica")
+    APPS = ("capture", "replica", "load")
 
     def __init__(self, root: Path, ports: dict[str, int | None] | None = None):
         """``ports`` overrides some of the ports the stack last used (or the defaults)."""
@@ -97,6 +97,10 @@ class Stack:
         env = self.endpoints.env() | {"BOTTLER_TARGET_DSN": self.postgres.dsn(REPLICA_DB)}
         return services.replica(self.root, env, self.ports.replica_metrics)
 
+    @property
+    def load(self) -> services.Service:
+        return services.load(self.root, self.endpoints.env(), self.ports.load_metrics)
+
     def metrics_port(self, app: str) -> int:
         """The Prometheus port of an app (the capture's is ``ports.metrics``)."""
         return self.ports.metrics if app == "capture" else getattr(self.ports, f"{app}_metrics")
@@ -104,6 +108,15 @@ class Stack:
     def metrics_urls(self) -> dict[str, str]:
         """``app -> its Prometheus endpoint`` for the apps the stack runs, in start order."""
         return {app: f"http://127.0.0.1:{self.metrics_port(app)}/metrics" for app in self.apps}
+
+    def views(self) -> list[tuple[str, str]]:
+        """What the running apps build, and where to look at it."""
+        out = []
+        if "replica" in self.apps:
+            out.append(("replica (target Postgres)", self.postgres.dsn(REPLICA_DB)))
+        if self.apps:
+            out.append(("live status", f"bottler status --dir {self.root}"))
+        return out
 
     def part(self, name: str):
         if name not in self.ORDER + self.APPS:
@@ -187,9 +200,8 @@ class Stack:
 
     # -- state -----------------------------------------------------------------------------
     def _check_port(self, name: str) -> None:
-        port_name = {
-            "broker": ("kafka", "search"), "capture": ("metrics",), "replica": ("replica_metrics",),
-        }.get(name, (name,))
+        port_name = {"broker": ("kafka", "search"), "capture": ("metrics",)}.get(
+            name, (f"{name}_metrics",) if name in self.APPS else (name,))
         for pn in port_name:
             port = getattr(self.ports, pn)
             if not port_is_free(port):

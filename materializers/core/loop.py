@@ -288,8 +288,11 @@ class Materializer:
             tp = (msg.topic(), msg.partition())
             offset = msg.offset()
             current = position(tp)
-            if tp in stale or (current is not None and offset < current):
+            if tp in stale:
                 continue  # void (before a truncate's barrier) or refetched after a rewind
+            if current is not None and offset < current:
+                self._behind_us(tp, current, moved, stale)
+                continue
             moved[tp] = offset + 1
             if tp[0] == self.truncate_topic:
                 change = self._truncate(msg, position, moved, stale)
@@ -352,12 +355,14 @@ class Materializer:
         for partition, offset in barrier.items():
             tp = (topic, partition)
             current = position(tp)
-            if current is not None and current > offset and tp in self._assigned:
-                # its messages from the barrier on were applied before this event: again
+            if current is not None and current != offset and tp in self._assigned:
+                # Past it: its messages from the barrier on were applied before this event,
+                # again. Before it: the void messages in between are not fetched at all.
                 self._consumer.seek(KafkaTopicPartition(topic, partition, offset))
                 stale.add(tp)
-                log.info("%s: truncate of %s: replaying %s[%d] from %d", self.name, topic,
-                         topic, partition, offset)
+                if current > offset:
+                    log.info("%s: truncate of %s: replaying %s[%d] from %d", self.name, topic,
+                             topic, partition, offset)
             if current is None or current != offset:
                 moved[tp] = offset
         return Change(
@@ -365,6 +370,28 @@ class Materializer:
             partition=msg.partition(), offset=msg.offset(), barrier=barrier,
             timestamp=msg.timestamp()[1],
         )
+
+    def _behind_us(self, tp: TopicPartition, current: int, moved: dict[TopicPartition, int],
+                   stale: set[TopicPartition]) -> None:
+        """A message before our position that we did not seek to: the client reset its fetch
+        position to the start because ours was out of range."""
+        for replayed in self._replay_lost(tp, current):
+            moved[replayed] = 0
+            stale.add(replayed)  # the rest of this batch's messages of it: fetched again
+
+    def _replay_lost(self, tp: TopicPartition, current: int) -> list[TopicPartition]:
+        """The broker lost the end of ``tp``'s log (restarted from an older save, an unclean
+        leader election): it no longer reaches our position, and its offsets may now hold
+        other messages than the ones applied. Which ones cannot be known, so the partition is
+        replayed from the start, and the truncate events with it (their barriers void what
+        came before them again); replays are harmless. Returns the partitions rewound."""
+        replay = [tp] + [p for p in self._assigned if p[0] == self.truncate_topic]
+        log.warning("%s: %s[%d] no longer reaches our position %d (the broker lost messages):"
+                    " replaying it and the truncate events from the start", self.name, *tp,
+                    current)
+        for t, p in replay:
+            self._consumer.seek(KafkaTopicPartition(t, p, 0))
+        return replay
 
     def _apply(self, changes: list[Change], offsets: Offsets,
                sources: dict[int, Message]) -> None:
@@ -471,7 +498,13 @@ class Materializer:
             low, high = self._consumer.get_watermark_offsets(
                 KafkaTopicPartition(topic, partition), timeout=10, cached=False
             )
-            self.tracker.observe((topic, partition), low, high)
+            tp = (topic, partition)
+            current = self._position.get(tp, 0)
+            if 0 <= high < current:
+                for replayed in self._replay_lost(tp, current):
+                    self._position[replayed] = 0
+                    self.tracker.advance(replayed, 0)
+            self.tracker.observe(tp, low, high)
         self._next_watermarks = now + self.watermark_interval
 
     def _show_progress(self) -> None:
