@@ -41,9 +41,16 @@ def materialize_warehouse(
                                      help="Offsets per partition per micro-batch, at most."),
     interval: float = typer.Option(1.0, "--interval",
                                    help="Seconds between micro-batches when idle."),
+    metrics_port: int | None = typer.Option(None, "--metrics-port",
+                                            help="Serve Prometheus metrics on this port."),
 ) -> None:
     """Merge the table topics into Delta Lake tables with PySpark."""
     from materializers.warehouse.job import WarehouseJob, spark_session
+
+    if metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port)
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
     spark = spark_session(master)

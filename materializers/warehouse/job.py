@@ -40,6 +40,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bottler.errors import BottlerError
+from materializers.core import metrics
 from materializers.core.changes import Change, TableId, TopicPartition, table_of
 from materializers.core.decode import DecodeError
 from materializers.core.loop import PoisonMessage
@@ -147,9 +148,11 @@ class WarehouseJob:
         if new:  # at the start, and for topics created since: where their tables stand
             self._positions.update({tp: 0 for tp in new} | self.sink.stored_offsets(new))
         start = {tp: self._positions[tp] for tp in partitions}
+        high = self._watermarks(partitions)
+        self._replay_lost_ends(start, high)
         result = BatchResult()
         truncates, moved = self._truncates(start, result)
-        high = self._watermarks([tp for tp in partitions if tp[0] != self.truncate_topic])
+        high = {tp: h for tp, h in high.items() if tp[0] != self.truncate_topic}
         offsets = dict(moved)
         ranges = []
         for tp, h in high.items():
@@ -172,11 +175,32 @@ class WarehouseJob:
             self._positions.update(offsets)
         result.changes, result.truncates = len(changes), len(truncates)
         result.offsets = {**start, **offsets}
+        for (topic, partition), h in high.items():
+            metrics.LAG.labels(self.name, topic, str(partition)).set(
+                max(0, h - result.offsets[(topic, partition)]))
+        behind = any(h > result.offsets[tp] for tp, h in high.items())
+        metrics.CAUGHT_UP.labels(self.name).set(0 if behind or result.capped else 1)
         if result.messages or truncates:
             log.info("%s: %d messages, %d changes after the per-key dedupe, %d truncates,"
                      " %d dead letters in %.1f s", self.name, result.messages, len(changes),
                      len(truncates), result.dead_letters, time.monotonic() - started)
         return result
+
+    def _replay_lost_ends(self, start: dict[TopicPartition, int],
+                          high: dict[TopicPartition, int]) -> None:
+        """A partition whose log now ends before our position lost its end in the broker (a
+        restart from an older save, an unclean leader election), and its offsets may hold
+        other messages than the ones applied: it is replayed from the start, and the truncate
+        events with it (as the consumer loop does, see Materializer._replay_lost)."""
+        lost = [tp for tp, h in high.items() if 0 <= h < start[tp]]
+        if not lost:
+            return
+        log.warning("%s: %s no longer reach our positions (the broker lost messages): replaying"
+                    " them and the truncate events from the start", self.name,
+                    ", ".join(f"{t}[{p}]" for t, p in lost))
+        for tp in start:
+            if tp in lost or tp[0] == self.truncate_topic:
+                start[tp] = 0
 
     def _partitions(self) -> list[TopicPartition]:
         metadata = self._consumer.list_topics(timeout=10)
