@@ -67,6 +67,9 @@ def capture(
                                             help="Serve Prometheus metrics on this port."),
     heartbeat_interval: float | None = typer.Option(None, "--heartbeat-interval",
                                                     help="Seconds between heartbeats [10]"),
+    confirm_delay: float | None = typer.Option(
+        None, "--confirm-delay",
+        help="Seconds an acknowledged position waits before it is confirmed to PostgreSQL [0]"),
     transaction_topic: bool = typer.Option(False, "--transaction-topic",
                                            help="Publish transaction boundaries."),
     replica_identity_full: bool = typer.Option(
@@ -86,6 +89,7 @@ def capture(
         kafka_config=_props(kafka_config, "-C"), topic_config=_props(topic_config, "-T"),
         tables=names, publication=publication, snapshot_workers=snapshot_workers,
         metrics_port=metrics_port, heartbeat_interval=heartbeat_interval,
+        confirm_delay=confirm_delay,
         transaction_topic=transaction_topic or None,
         replica_identity_full=replica_identity_full or None, config_file=config,
     )

@@ -69,6 +69,7 @@ def run_capture(settings: CaptureSettings, stop: threading.Event | None = None) 
     streamer = Streamer(
         s.postgres, s.slot, s.publication_name, tables, control, publisher, admin,
         heartbeats=catalog, heartbeat_interval=s.heartbeat_interval,
+        confirm_delay=s.confirm_delay,
         transaction_topic=s.transaction_topic,
     )
     gctune.tune()
@@ -76,7 +77,7 @@ def run_capture(settings: CaptureSettings, stop: threading.Event | None = None) 
         streamer.run(stop)
     finally:
         catalog.close()
-    log.info("capture stopped; confirmed up to %s", lsn_to_str(streamer.tracker.confirmed()))
+    log.info("capture stopped; confirmed up to %s", lsn_to_str(streamer.confirmed_sent))
 
 
 def _new_slot(s: CaptureSettings, progress: state.CaptureState, tables: Tables) -> None:

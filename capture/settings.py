@@ -30,6 +30,7 @@ FLAGS = {
     "topic_config": "-T", "tables": "--tables", "publication": "--publication",
     "snapshot_workers": "--snapshot-workers", "metrics_port": "--metrics-port",
     "heartbeat_interval": "--heartbeat-interval", "transaction_topic": "--transaction-topic",
+    "confirm_delay": "--confirm-delay",
     "replica_identity_full": "--replica-identity-full",
 }
 # Never echoed back, not even when invalid: they may carry passwords.
@@ -66,6 +67,7 @@ class CaptureSettings(BaseSettings):
     snapshot_workers: int = Field(2, ge=1, le=64)
     metrics_port: int | None = Field(None, ge=0, le=65535)
     heartbeat_interval: float = Field(10.0, gt=0)
+    confirm_delay: float = Field(0.0, ge=0)
     transaction_topic: bool = False
     replica_identity_full: bool = False
 

@@ -7,6 +7,7 @@ import logging
 import select
 import threading
 import time
+from collections import deque
 
 import psycopg
 import psycopg2
@@ -40,6 +41,7 @@ class Streamer:
         heartbeats: psycopg.Connection,
         heartbeat_interval: float,
         transaction_topic: bool,
+        confirm_delay: float = 0.0,
     ):
         self.dsn = dsn
         self.slot = slot
@@ -58,7 +60,13 @@ class Streamer:
         self._batch = None
         self._begin: pgoutput.Begin | None = None
         self._last_heartbeat = 0.0
-        self._confirmed_sent = 0
+        self.confirmed_sent = 0
+        # A broker that acknowledges before its data is durable (one that saves periodically)
+        # can lose the last acknowledged messages when it restarts: positions are confirmed
+        # only ``confirm_delay`` seconds after their acknowledgement, so a capture restarted
+        # then (the broker's restart makes the idempotent producer fail) publishes them again.
+        self.confirm_delay = confirm_delay
+        self._acked: deque[tuple[float, int]] = deque()  # (when acknowledged, LSN), in order
 
     def run(self, stop: threading.Event) -> None:
         conn = replication_connect(self.dsn)
@@ -105,16 +113,28 @@ class Streamer:
             # up to which the server has sent WAL (a keepalive's): an idle slot advances past
             # other databases' WAL, so retained WAL stays bounded.
             self.tracker.idle_at(cur.wal_end)
-        confirmed = self.tracker.confirmed()
         now = time.monotonic()
+        confirmed = self._delayed(self.tracker.confirmed(), now)
         due = force or now - self._feedback_at >= FEEDBACK_INTERVAL
-        if confirmed != self._confirmed_sent and due:
+        if confirmed != self.confirmed_sent and due:
             # force: psycopg2 would otherwise wait for its status interval (10 s) to send it
             cur.send_feedback(flush_lsn=confirmed, write_lsn=confirmed, force=True)
-            self._confirmed_sent, self._feedback_at = confirmed, now
+            self.confirmed_sent, self._feedback_at = confirmed, now
             metrics.CONFIRMED_LSN.set(confirmed)
         metrics.IN_FLIGHT.set(self.tracker.in_flight)
         metrics.LAG_BYTES.set(max(cur.wal_end - confirmed, 0))
+
+    def _delayed(self, acked: int, now: float) -> int:
+        """The highest acknowledged LSN that was acknowledged ``confirm_delay`` seconds ago."""
+        if not self.confirm_delay:
+            return acked
+        if not self._acked or self._acked[-1][1] != acked:
+            self._acked.append((now, acked))
+        cutoff = now - self.confirm_delay
+        while len(self._acked) > 1 and self._acked[1][0] <= cutoff:
+            self._acked.popleft()
+        when, lsn = self._acked[0]
+        return lsn if when <= cutoff else self.confirmed_sent
 
     def _maybe_heartbeat(self) -> None:
         due = time.monotonic() - self._last_heartbeat >= self.heartbeat_interval

@@ -120,12 +120,20 @@ def _app(root: Path, name: str, command: list[str], env: dict[str, str],
 
 def capture(root: Path, env: dict[str, str], metrics_port: int) -> Service:
     """The capture of the stack's database into its broker (slot `bottler`)."""
-    return _app(root, "capture", ["capture", "--slot", "bottler"], env, metrics_port)
+    # noida-db acknowledges before it saves: positions wait 5 s before they are confirmed
+    return _app(root, "capture", ["capture", "--slot", "bottler", "--confirm-delay", "5"], env,
+                metrics_port)
 
 
 def replica(root: Path, env: dict[str, str], metrics_port: int) -> Service:
     """The target-Postgres replica of the captured topics (database `replica` of the stack)."""
     return _app(root, "replica", ["materialize", "postgres"], env, metrics_port)
+
+
+def warehouse(root: Path, env: dict[str, str], metrics_port: int) -> Service:
+    """The Delta Lake warehouse of the captured topics, under ``<root>/warehouse``."""
+    return _app(root, "warehouse", ["materialize", "warehouse", "--path", str(root / "warehouse")],
+                env, metrics_port)
 
 
 def load(root: Path, env: dict[str, str], metrics_port: int) -> Service:

@@ -57,7 +57,7 @@ class Stack:
     then the appliance's processes that were asked for (`apps`), which the stack remembers."""
 
     ORDER = ("postgres", "broker", "registry")
-    APPS = ("capture", "replica", "load")
+    APPS = ("capture", "replica", "warehouse", "load")
 
     def __init__(self, root: Path, ports: dict[str, int | None] | None = None):
         """``ports`` overrides some of the ports the stack last used (or the defaults)."""
@@ -98,6 +98,10 @@ class Stack:
         return services.replica(self.root, env, self.ports.replica_metrics)
 
     @property
+    def warehouse(self) -> services.Service:
+        return services.warehouse(self.root, self.endpoints.env(), self.ports.warehouse_metrics)
+
+    @property
     def load(self) -> services.Service:
         return services.load(self.root, self.endpoints.env(), self.ports.load_metrics)
 
@@ -114,6 +118,8 @@ class Stack:
         out = []
         if "replica" in self.apps:
             out.append(("replica (target Postgres)", self.postgres.dsn(REPLICA_DB)))
+        if "warehouse" in self.apps:
+            out.append(("warehouse (Delta tables)", str(self.root / "warehouse")))
         if self.apps:
             out.append(("live status", f"bottler status --dir {self.root}"))
         return out

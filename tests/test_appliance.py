@@ -38,7 +38,8 @@ def test_demo_shop_is_captured_and_watched():
                  "the snapshot to be recorded complete")
         execute(ep.pg_dsn, "update orders set status = 'paid' where id = 1")
         wait_for(lambda: metric(metrics_url, "bottler_capture_events_total"), 30, "an event")
-        assert metric(metrics_url, "bottler_capture_confirmed_lsn") > 0
+        wait_for(lambda: metric(metrics_url, "bottler_capture_confirmed_lsn") > 0, 30,
+                 "a confirmed position (after the stack's 5 s --confirm-delay)")
 
         replica = stack.postgres.dsn("replica")
 
