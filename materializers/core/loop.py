@@ -126,7 +126,7 @@ class Materializer:
             **(consumer_config or {}),
         }
         self.decoder = Decoder(registry)
-        self._tables: dict[int, TableId] = {}  # writer schema id -> its table
+        self._tables: dict[int, TableId | None] = {}  # writer schema id -> its table
         self.tracker = LagTracker(self.name)
         self.progress = sys.stderr.isatty() if progress is None else progress
         self._consumer: Consumer | None = None
@@ -326,9 +326,11 @@ class Materializer:
             self._poison(msg, str(exc), "DecodeError")
             return None
         writer = vschema if vschema is not None else kschema
-        table = self._tables.get(writer.id)
+        table = self._tables.get(writer.id, False)
+        if table is False:
+            table = self._tables[writer.id] = self._table_of(msg.topic(), writer.schema)
         if table is None:
-            table = self._tables[writer.id] = table_of(writer.schema)
+            return None
         return Change(
             msg.topic(), table, "upsert" if vdatum is not None else "delete",
             kdatum, vdatum, msg.partition(), msg.offset(),
@@ -338,6 +340,16 @@ class Materializer:
             vschema.schema if vschema else None,
             None, msg.timestamp()[1],
         )
+
+    def _table_of(self, topic: str, schema: dict) -> TableId | None:
+        """The source table of a writer schema; None for a topic that is not a table topic
+        (its records lack the capture's ``pg.table``: business events that a translator writes
+        under the same prefix, say), whose messages are passed over."""
+        if "pg.table" not in schema:
+            log.warning("%s: %s is not a table topic (its records have no pg.table attribute):"
+                        " passed over", self.name, topic)
+            return None
+        return table_of(schema)
 
     def _truncate(self, msg, position, moved, stale) -> Change | None:
         try:

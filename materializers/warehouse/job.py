@@ -275,6 +275,8 @@ class WarehouseJob:
             kschema = self._schema(row["key_schema_id"])
             vschema = self._schema(row["value_schema_id"])
             writer = vschema if vschema is not None else kschema
+            if "pg.table" not in writer.schema:
+                continue  # not a table topic (business events, say): passed over
             changes.append(Change(
                 row["topic"], table_of(writer.schema), row["op"], key, value, row["partition"],
                 row["offset"], kschema.id if kschema else None, vschema.id if vschema else None,
