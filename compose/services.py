@@ -136,6 +136,11 @@ def warehouse(root: Path, env: dict[str, str], metrics_port: int) -> Service:
                 env, metrics_port)
 
 
+def translator(root: Path, env: dict[str, str], metrics_port: int) -> Service:
+    """The demo shop's orders as business events (topic ``order-events``)."""
+    return _app(root, "translator", ["translate", "orders"], env, metrics_port)
+
+
 def load(root: Path, env: dict[str, str], metrics_port: int) -> Service:
     """A gentle write load on the demo shop (`bottler demo load`), so every view moves."""
     return _app(root, "load", ["demo", "load", "--rate", "5"], env, metrics_port)

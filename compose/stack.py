@@ -57,7 +57,7 @@ class Stack:
     then the appliance's processes that were asked for (`apps`), which the stack remembers."""
 
     ORDER = ("postgres", "broker", "registry")
-    APPS = ("capture", "replica", "warehouse", "load")
+    APPS = ("capture", "replica", "warehouse", "translator", "load")
 
     def __init__(self, root: Path, ports: dict[str, int | None] | None = None):
         """``ports`` overrides some of the ports the stack last used (or the defaults)."""
@@ -102,6 +102,10 @@ class Stack:
         return services.warehouse(self.root, self.endpoints.env(), self.ports.warehouse_metrics)
 
     @property
+    def translator(self) -> services.Service:
+        return services.translator(self.root, self.endpoints.env(), self.ports.translator_metrics)
+
+    @property
     def load(self) -> services.Service:
         return services.load(self.root, self.endpoints.env(), self.ports.load_metrics)
 
@@ -120,6 +124,8 @@ class Stack:
             out.append(("replica (target Postgres)", self.postgres.dsn(REPLICA_DB)))
         if "warehouse" in self.apps:
             out.append(("warehouse (Delta tables)", str(self.root / "warehouse")))
+        if "translator" in self.apps:
+            out.append(("business events (read_committed)", "topic order-events"))
         if self.apps:
             out.append(("live status", f"bottler status --dir {self.root}"))
         return out

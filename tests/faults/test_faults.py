@@ -30,7 +30,7 @@ from tests.faults.appliance import Faults, Supervisor, inject
 DURATION = float(os.environ.get("BOTTLER_FAULT_SECONDS", "40"))
 RATE = float(os.environ.get("BOTTLER_FAULT_RATE", "30"))
 SEED = int(os.environ.get("BOTTLER_FAULT_SEED", str(random.randrange(10**6))))
-APPS = ("capture", "replica")
+APPS = ("capture", "replica", "warehouse", "translator")
 SHOP_TOPICS = ["customers", "products", "orders", "order_items"]
 CONVERGE_SECONDS = 180
 LOGS = Path(os.environ.get("BOTTLER_FAULT_LOGS", tempfile.gettempdir())) / f"bottler-faults-{SEED}"

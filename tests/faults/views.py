@@ -93,7 +93,28 @@ def warehouse(stack: Stack) -> ViewCheck:
     return compare("warehouse", {t: source_rows(stack, t) for t in SHOP}, actual)
 
 
-VIEWS: dict[str, Callable[[Stack], ViewCheck]] = {"replica": replica, "warehouse": warehouse}
+def translator(stack: Stack) -> ViewCheck:
+    """The business events a read_committed consumer sees, order by order, against those the
+    source's final order statuses imply: one of each, in order (a second one is 'different')."""
+    from tests.conftest import RunningStack
+    from tests.test_translate import Events
+    from tests.test_translate_crash import expected_lifecycles
+
+    expected = expected_lifecycles(stack.endpoints.pg_dsn)
+    seen = Events(RunningStack(stack), "order-events").by_order()
+    check = ViewCheck("translator")
+    for order_id, events in expected.items():
+        if order_id not in seen or set(events) - set(seen[order_id]):
+            check.missing += 1
+            check.keys.append(("orders", f"id={order_id}"))
+        elif seen[order_id] != events:
+            check.different += 1
+            check.detail += f"order {order_id}: {seen[order_id]}; "
+    return check
+
+
+VIEWS: dict[str, Callable[[Stack], ViewCheck]] = {
+    "replica": replica, "warehouse": warehouse, "translator": translator}
 
 
 def duplicates(stack: Stack, topics: list[str]) -> int:
