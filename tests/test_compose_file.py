@@ -1,6 +1,7 @@
 """Static checks of the Docker users' stack: compose/docker-compose.yml, compose/Dockerfile,
-.dockerignore and docs/docker.md. No services are started; the only optional test that runs a
-tool needs a working Docker engine and skips without one."""
+compose/prometheus.yml, .dockerignore and docs/docker.md. No services are started: each app's
+command line is parsed by the `bottler` command itself. The only optional test that runs a tool
+needs a working Docker engine and skips without one."""
 
 from __future__ import annotations
 
@@ -23,18 +24,38 @@ DOCS_FILE = ROOT / "docs" / "docker.md"
 DOCKERIGNORE = ROOT / ".dockerignore"
 PYPROJECT = ROOT / "pyproject.toml"
 
-EXPECTED_IMAGES = {
+PROMETHEUS_FILE = ROOT / "compose" / "prometheus.yml"
+
+BACKING_IMAGES = {
     "postgres": "postgres:16",
     "kafka": "apache/kafka:3.9.0",
     "schema-registry": "confluentinc/cp-schema-registry:7.7.1",
     "elasticsearch": "docker.elastic.co/elasticsearch/elasticsearch:8.15.3",
 }
-EXPECTED_SERVICES = set(EXPECTED_IMAGES) | {"bottler"}
+EXPECTED_IMAGES = BACKING_IMAGES | {
+    "prometheus": "prom/prometheus:v2.55.1",
+    "grafana": "grafana/grafana:11.3.0",
+}
+# The appliance's long-running processes, from the bottler image, each with its command line
+# (after the image's `bottler` entrypoint); every one serves its metrics on port 9100.
+APPS = {
+    "capture": ["capture", "--slot", "bottler"],
+    "replica": ["materialize", "postgres"],
+    "search": ["materialize", "search", "--index", "shop"],
+    "warehouse": ["materialize", "warehouse", "--path", "/data/warehouse"],
+    "translator": ["translate", "orders"],
+}
+METRICS_PORT = 9100
+# Services of the bottler image: the CLI (`--help`), the demo seed, and the apps.
+BOTTLER_IMAGE_SERVICES = {"bottler", "demo"} | set(APPS)
+EXPECTED_SERVICES = set(EXPECTED_IMAGES) | BOTTLER_IMAGE_SERVICES
 EXPECTED_HOST_PORTS = {
     "postgres": 5432,
     "kafka": 9092,
     "schema-registry": 8081,
     "elasticsearch": 9200,
+    "prometheus": 9090,
+    "grafana": 3000,
 }
 # Which service each BOTTLER_* variable of the bottler service must point at.
 BOTTLER_TARGETS = {
@@ -356,18 +377,26 @@ def assert_points_at(services: dict[str, Any], value: str, target: str) -> None:
 
 
 @pytest.mark.parametrize("variable", sorted(BOTTLER_TARGETS))
+@pytest.mark.parametrize("name", sorted(BOTTLER_IMAGE_SERVICES))
 def test_bottler_variables_point_at_services_in_this_file(
-    services: dict[str, Any], variable: str
+    services: dict[str, Any], variable: str, name: str
 ) -> None:
-    env = environment(services["bottler"])
+    env = environment(services[name])
     assert variable in env
     assert_points_at(services, env[variable], BOTTLER_TARGETS[variable])
 
 
-def test_bottler_environment_names_only_known_variables(services: dict[str, Any]) -> None:
-    env = environment(services["bottler"])
+# BOTTLER_* variables that only some services have, beside the four every one gets.
+EXTRA_VARIABLES = {"replica": {"BOTTLER_TARGET_DSN"}, "warehouse": {"BOTTLER_WAREHOUSE_PATH"}}
+
+
+@pytest.mark.parametrize("name", sorted(BOTTLER_IMAGE_SERVICES))
+def test_bottler_environment_names_only_known_variables(
+    services: dict[str, Any], name: str
+) -> None:
+    env = environment(services[name])
     bottler_vars = {k for k in env if k.startswith("BOTTLER_")}
-    assert bottler_vars == set(BOTTLER_TARGETS)
+    assert bottler_vars == set(BOTTLER_TARGETS) | EXTRA_VARIABLES.get(name, set())
 
 
 @pytest.mark.parametrize("password", [None, "s3cret"])
@@ -411,13 +440,16 @@ def test_every_depends_on_names_a_defined_service(services: dict[str, Any]) -> N
                 assert check.get("test") and not check.get("disable"), f"{dep} has no healthcheck"
 
 
-def test_bottler_waits_for_every_backing_service_to_be_healthy(services: dict[str, Any]) -> None:
-    deps = depends_on(services["bottler"])
+@pytest.mark.parametrize("name", sorted(BOTTLER_IMAGE_SERVICES))
+def test_bottler_waits_for_every_backing_service_to_be_healthy(
+    services: dict[str, Any], name: str
+) -> None:
+    deps = depends_on(services[name])
     for target in BOTTLER_TARGETS.values():
         assert deps.get(target, {}).get("condition") == "service_healthy", target
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED_IMAGES))
+@pytest.mark.parametrize("name", sorted(BACKING_IMAGES))
 def test_backing_services_have_healthchecks(services: dict[str, Any], name: str) -> None:
     test = services[name].get("healthcheck", {}).get("test")
     assert isinstance(test, list) and test[0] in ("CMD", "CMD-SHELL"), name
@@ -434,6 +466,129 @@ def test_named_volumes_are_declared(compose: dict[str, Any], services: dict[str,
                 used.setdefault(name, set()).add(source)
     assert set().union(*used.values()) <= declared
     assert "postgres" in used and "elasticsearch" in used
+
+
+# --------------------------------------------------------------------------- the appliance
+
+
+def command_line(service: dict[str, Any]) -> list[str]:
+    command = service.get("command")
+    if isinstance(command, str):
+        command = command.split()
+    assert isinstance(command, list) and command, "no command"
+    return [str(arg) for arg in command]
+
+
+def parse_bottler(service: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """Parse a service's `bottler` command line as the command itself does, in the service's
+    environment, without running it: the subcommand path and its parameters. Unknown commands,
+    unknown options and missing required ones fail here."""
+    import os
+    from unittest.mock import patch
+
+    import typer
+
+    from bottler.cli import app
+
+    command = typer.main.get_command(app)
+    args = command_line(service)
+    path: list[str] = []
+    rest = list(args)
+    while getattr(command, "commands", None) is not None:
+        assert rest, f"`bottler {' '.join(args)}` names no command"
+        name = rest.pop(0)
+        assert name in command.commands, f"`bottler {' '.join(path + [name])}` does not exist"
+        command = command.commands[name]
+        path.append(name)
+    with patch.dict(os.environ, environment(service), clear=True):
+        context = command.make_context(" ".join(["bottler", *path]), rest)
+    return path, context.params
+
+
+def test_bottler_image_services_share_the_built_image(services: dict[str, Any]) -> None:
+    image = services["bottler"]["image"]
+    for name in BOTTLER_IMAGE_SERVICES:
+        assert services[name]["image"] == image, name
+        assert services[name].get("build") == services["bottler"]["build"], name
+
+
+@pytest.mark.parametrize("name", sorted(APPS))
+def test_app_runs_its_bottler_command_with_metrics(services: dict[str, Any], name: str) -> None:
+    args = command_line(services[name])
+    assert args[0] != "bottler", "the ENTRYPOINT already is bottler"
+    assert args[: len(APPS[name])] == APPS[name]
+    _, params = parse_bottler(services[name])
+    assert params["metrics_port"] == METRICS_PORT
+    assert services[name].get("restart") in ("unless-stopped", "always", "on-failure"), (
+        "an app that exits (its broker gone) must be restarted: it resumes where it stopped")
+    healthcheck = json.dumps(services[name]["healthcheck"]["test"])
+    assert f"127.0.0.1:{METRICS_PORT}/metrics" in healthcheck
+    assert not published_ports(services[name]), "metrics stay inside the compose network"
+
+
+def test_prometheus_scrapes_every_app_by_its_service_name(services: dict[str, Any]) -> None:
+    config = yaml.safe_load(PROMETHEUS_FILE.read_text())
+    targets: dict[str, str] = {}
+    for job in config["scrape_configs"]:
+        for group in job["static_configs"]:
+            for target in group["targets"]:
+                targets[target] = group["labels"]["app"]
+    assert targets == {f"{app}:{METRICS_PORT}": app for app in APPS}
+    mounts = services["prometheus"]["volumes"]
+    assert "./prometheus.yml:/etc/prometheus/prometheus.yml:ro" in mounts
+    assert "--config.file=/etc/prometheus/prometheus.yml" in command_line(services["prometheus"])
+
+
+def test_grafana_provisions_the_compose_prometheus_and_the_dashboard(
+    services: dict[str, Any],
+) -> None:
+    grafana = services["grafana"]
+    mounts = {}
+    for volume in grafana["volumes"]:
+        source, target = volume.split(":")[:2]
+        assert (COMPOSE_FILE.parent / source).exists(), source
+        mounts[target] = COMPOSE_FILE.parent / source
+    provisioning = mounts["/etc/grafana/provisioning"]
+    datasource = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())
+    url = urlsplit(datasource["datasources"][0]["url"])
+    assert url.hostname == "prometheus" and url.port in listen_ports("prometheus",
+                                                                      services["prometheus"])
+    dashboards = yaml.safe_load((provisioning / "dashboards" / "bottler.yml").read_text())
+    folder = dashboards["providers"][0]["options"]["path"]
+    assert f"{folder}/bottler-dashboard.json" in mounts
+    json.loads(mounts[f"{folder}/bottler-dashboard.json"].read_text())
+    assert "prometheus" in depends_on(grafana)
+
+
+def test_replica_writes_into_the_database_the_init_script_creates(
+    services: dict[str, Any],
+) -> None:
+    target = urlsplit(environment(services["replica"])["BOTTLER_TARGET_DSN"])
+    source = urlsplit(environment(services["replica"])["BOTTLER_PG_DSN"])
+    assert (target.hostname, target.port, target.username) == (
+        source.hostname, source.port, source.username)
+    database = target.path.lstrip("/")
+    assert database != source.path.lstrip("/"), "the replica must not write into the source"
+    initdb = [v.split(":") for v in services["postgres"]["volumes"]
+              if ":/docker-entrypoint-initdb.d" in v]
+    assert initdb, "postgres mounts no init scripts"
+    scripts = " ".join(p.read_text() for p in (COMPOSE_FILE.parent / initdb[0][0]).glob("*.sql"))
+    assert re.search(rf"create\s+database\s+{database}\b", scripts, re.IGNORECASE)
+
+
+def test_warehouse_writes_to_a_named_volume(services: dict[str, Any]) -> None:
+    _, params = parse_bottler(services["warehouse"])
+    mounts = dict(v.split(":")[1::-1] for v in services["warehouse"]["volumes"])
+    assert str(params["path"]) in mounts
+    assert not mounts[str(params["path"])].startswith((".", "/")), "a named volume"
+
+
+def test_capture_starts_after_the_demo_seed(services: dict[str, Any]) -> None:
+    path, _ = parse_bottler(services["demo"])
+    assert path == ["demo", "seed"]
+    deps = depends_on(services["capture"])
+    assert deps["demo"]["condition"] == "service_completed_successfully"
+    assert "restart" not in services["demo"], "the seed runs once"
 
 
 # --------------------------------------------------------------------------- Dockerfile
