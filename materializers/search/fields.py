@@ -193,23 +193,36 @@ def record_converter(fields: list[tuple[str, str, Converter | None]]) -> Convert
 # -- values -------------------------------------------------------------------------------
 
 
+_DAY_TEXT: dict[int, str] = {}  # days since 1970 -> "YYYY-MM-DD": rows share their days
+
+
+def _day_text(days: int) -> str | None:
+    """``YYYY-MM-DD`` of a day in years 1–9999, else None."""
+    text = _DAY_TEXT.get(days)
+    if text is None:
+        ordinal = EPOCH_ORDINAL + days
+        if not MIN_ORDINAL <= ordinal <= MAX_ORDINAL:
+            return None
+        if len(_DAY_TEXT) > 100_000:
+            _DAY_TEXT.clear()
+        text = _DAY_TEXT[days] = dt.date.fromordinal(ordinal).isoformat()
+    return text
+
+
 def date_json(days: int) -> Any:
-    ordinal = EPOCH_ORDINAL + days
-    if MIN_ORDINAL <= ordinal <= MAX_ORDINAL:
-        return dt.date.fromordinal(ordinal).isoformat()
-    return days * 86_400_000  # outside years 1–9999 (and ±infinity): epoch milliseconds
+    text = _day_text(days)
+    return text if text is not None else days * 86_400_000  # epoch milliseconds
 
 
 def _micros_iso(micros: int, suffix: str) -> Any:
     days, rest = divmod(micros, DAY_MICROS)
-    ordinal = EPOCH_ORDINAL + days
-    if not MIN_ORDINAL <= ordinal <= MAX_ORDINAL:
-        return micros // 1000
+    day = _day_text(days)
+    if day is None:
+        return micros // 1000  # outside years 1–9999 (and ±infinity): epoch milliseconds
     seconds, us = divmod(rest, 1_000_000)
-    hours, seconds = divmod(seconds, 3600)
     minutes, seconds = divmod(seconds, 60)
-    return (f"{dt.date.fromordinal(ordinal).isoformat()}T{hours:02d}:{minutes:02d}:"
-            f"{seconds:02d}.{us:06d}{suffix}")
+    hours, minutes = divmod(minutes, 60)
+    return f"{day}T{hours:02d}:{minutes:02d}:{seconds:02d}.{us:06d}{suffix}"
 
 
 def timestamp_json(micros: int) -> Any:

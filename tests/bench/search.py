@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from materializers.search import indices
 from materializers.search.client import SearchClient
 from materializers.search.documents import TABLE_FIELD, Layout, document_id
 from materializers.search.reader import ReaderOptions
+from tests.bench.procs import CpuMeter
 from tests.bench.report import Figure, Target
 
 ROWS = 100_000  # standalone default
@@ -67,8 +69,8 @@ class _Documents:
         pass
 
 
-def raw_bulk(client: SearchClient, bootstrap: str, registry: str, topic: str, rows: int
-             ) -> Figure:
+def raw_bulk(client: SearchClient, bootstrap: str, registry: str, topic: str, rows: int,
+             cpu_roots: dict[str, int | None] | None = None) -> Figure:
     docs = _Documents(client.flavour().flattened)
     Materializer(docs, bootstrap=bootstrap, registry=registry, group_id="bench-search-raw",
                  topics=[topic], progress=False).run_until_caught_up(timeout=600)
@@ -78,6 +80,7 @@ def raw_bulk(client: SearchClient, bootstrap: str, registry: str, topic: str, ro
     client.request("PUT", f"/{RAW_INDEX}", {"mappings": {"properties": {
         TABLE_FIELD: {"type": "keyword"}, **docs.properties}}})
     size = sum(len(line) for line in docs.lines)
+    meter = CpuMeter(cpu_roots or {}).start()
     start = time.perf_counter()
     for i in range(0, rows, BULK):
         answer = client.request("POST", f"/{quote(RAW_INDEX)}/_bulk",
@@ -85,6 +88,7 @@ def raw_bulk(client: SearchClient, bootstrap: str, registry: str, topic: str, ro
         if answer.get("errors"):
             raise RuntimeError(f"raw bulk refused documents: {str(answer['items'][:2])[:300]}")
     elapsed = time.perf_counter() - start
+    cpu = meter.note()
     _check_count(client, RAW_INDEX, rows)
     indices.delete_index(client, RAW_INDEX)
     return Figure(
@@ -92,24 +96,26 @@ def raw_bulk(client: SearchClient, bootstrap: str, registry: str, topic: str, ro
         "docs/s",
         notes=[f"{rows:,} documents ({size / rows:.0f} B of bulk body each) in requests of "
                f"{BULK:,}, one at a time, into a fresh index with the derived mapping: "
-               f"{elapsed:.1f} s"],
+               f"{elapsed:.1f} s", cpu],
     )
 
 
 def materialized(client: SearchClient, bootstrap: str, registry: str, topic: str, rows: int,
-                 ceiling: Figure) -> Figure:
+                 ceiling: Figure, cpu_roots: dict[str, int | None] | None = None) -> Figure:
     for name in indices.versions(client, ALIAS):
         indices.delete_index(client, name)
     index = indices.physical_name(ALIAS, 1)
     options = ReaderOptions(bootstrap=bootstrap, registry=registry, topics=[topic],
                             on_poison="stop", batch_size=BULK, progress=False)
     sink, loop = options.reader(client, index, ALIAS)
+    meter = CpuMeter({**(cpu_roots or {}), "materializer": os.getpid()}).start()
     start = time.perf_counter()
     try:
         loop.run_until_caught_up(timeout=900)
     finally:
         sink.close()
     elapsed = time.perf_counter() - start
+    cpu = meter.note()
     _check_count(client, index, rows)
     indices.delete_index(client, index)
     return Figure(
@@ -117,19 +123,20 @@ def materialized(client: SearchClient, bootstrap: str, registry: str, topic: str
         "docs/s", ceiling=ceiling, target=Target(">=", 0.8, of="ratio"),
         notes=[f"{rows:,} rows in {elapsed:.1f} s ({sink.requests} bulk requests, "
                f"{sink.flushes} flushes, each followed by its offsets document); "
-               "document count checked"],
+               "document count checked; the broker serves the topic's fetches too", cpu],
     )
 
 
-def search(client: SearchClient | str, bootstrap: str, registry: str, topic: str, rows: int
-           ) -> list[Figure]:
+def search(client: SearchClient | str, bootstrap: str, registry: str, topic: str, rows: int,
+           cpu_roots: dict[str, int | None] | None = None) -> list[Figure]:
     """The figures for ``topic`` (``rows`` upserts, already captured): the raw ``_bulk``
-    ceiling, then the materializer's rebuild against it."""
+    ceiling, then the materializer's rebuild against it. ``cpu_roots``: process ids to report
+    the CPU seconds of (``{"broker": pid}``)."""
     client = SearchClient(client) if isinstance(client, str) else client
     _say("search: raw _bulk ceiling")
-    ceiling = raw_bulk(client, bootstrap, registry, topic, rows)
+    ceiling = raw_bulk(client, bootstrap, registry, topic, rows, cpu_roots)
     _say("search: materializer rebuild from zero")
-    return [ceiling, materialized(client, bootstrap, registry, topic, rows, ceiling)]
+    return [ceiling, materialized(client, bootstrap, registry, topic, rows, ceiling, cpu_roots)]
 
 
 def _check_count(client: SearchClient, index: str, rows: int) -> None:
@@ -174,7 +181,8 @@ def main(argv: list[str] | None = None) -> None:
         if watch.end() != args.rows:
             raise RuntimeError(f"{topic} holds {watch.end():,} messages, not {args.rows:,}")
         watch.close()
-        figures = search(ep.search, ep.kafka, ep.registry, topic, args.rows)
+        figures = search(ep.search, ep.kafka, ep.registry, topic, args.rows,
+                         {"broker": stack.broker.running_pid()})
     header.append(machine_line() + " at the end")
     print_report(figures, header)
 
