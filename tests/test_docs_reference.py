@@ -1,0 +1,107 @@
+"""docs/configuration.md cannot go stale: every command of `bottler` has a section there, and
+each section names every flag, argument and environment variable of its command, and (for the
+capture) every YAML key. The commands are read from the command line itself (typer's click
+tree), so a new flag without documentation fails here."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import typer
+
+from bottler.cli import app
+from capture.settings import CONFIG_ENV, CaptureSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "docs" / "configuration.md"
+SOURCES = ("bottler", "capture", "schemas", "materializers", "compose")
+
+
+def leaf_commands(command=None, path=("bottler",)):
+    """(path, command) for every command that runs something, depth first."""
+    command = command or typer.main.get_command(app)
+    subcommands = getattr(command, "commands", None)
+    if subcommands is None:
+        yield " ".join(path), command
+        return
+    for name, sub in sorted(subcommands.items()):
+        yield from leaf_commands(sub, (*path, name))
+
+
+COMMANDS = dict(leaf_commands())
+
+
+def sections() -> dict[str, str]:
+    """The text under each `## \\`bottler ...\\`` heading, by command."""
+    text = REFERENCE.read_text()
+    parts = re.split(r"^## `(bottler[^`]*)`\s*$", text, flags=re.MULTILINE)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts), 2)}
+
+
+def environment_names(param) -> set[str]:
+    """The variables an option reads: its own envvar, and those its help names (the options
+    that read the environment themselves say so in their help)."""
+    names = set()
+    if param.envvar:
+        names |= {param.envvar} if isinstance(param.envvar, str) else set(param.envvar)
+    names |= set(re.findall(r"BOTTLER_[A-Z0-9_]+", getattr(param, "help", None) or ""))
+    return names
+
+
+def test_every_command_is_walked() -> None:
+    # the walk itself must find the command line's commands, or every test below is vacuous
+    assert {"bottler capture", "bottler stack up", "bottler materialize search",
+            "bottler migrate verify", "bottler warehouse vacuum"} <= set(COMMANDS)
+    assert all(command.params for command in COMMANDS.values())
+
+
+def test_every_command_has_a_section() -> None:
+    documented = sections()
+    missing = sorted(set(COMMANDS) - set(documented))
+    assert not missing, f"docs/configuration.md has no section for {missing}"
+    stale = sorted(set(documented) - set(COMMANDS))
+    assert not stale, f"docs/configuration.md documents commands that do not exist: {stale}"
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_flag_and_variable_is_in_its_section(name: str) -> None:
+    section = sections().get(name, "")
+    missing = []
+    for param in COMMANDS[name].params:
+        if param.param_type_name == "argument":
+            names = {param.name.upper()}
+        else:
+            names = set(param.opts) | set(param.secondary_opts)
+        names |= environment_names(param)
+        missing += [n for n in sorted(names) if f"`{n}`" not in section]
+    assert not missing, f"the section of `{name}` does not name {missing}"
+
+
+def test_every_capture_setting_is_documented_as_variable_and_yaml_key() -> None:
+    section = sections()["bottler capture"]
+    missing = []
+    for field, info in CaptureSettings.model_fields.items():
+        if info.exclude:
+            continue
+        variables = (info.validation_alias.choices if info.validation_alias
+                     else [f"BOTTLER_{field.upper()}"])
+        missing += [f"`{v}`" for v in variables if f"`{v}`" not in section]
+        if f"`{field}`" not in section:
+            missing.append(f"YAML key `{field}`")
+    if f"`{CONFIG_ENV}`" not in section:
+        missing.append(CONFIG_ENV)
+    assert not missing, f"the capture's section does not name {missing}"
+
+
+def test_every_variable_the_code_reads_is_documented() -> None:
+    """Any BOTTLER_* name in the sources (a variable some part reads) is in the reference."""
+    text = REFERENCE.read_text()
+    found: set[str] = set()
+    for package in SOURCES:
+        for path in (ROOT / package).rglob("*.py"):
+            found |= set(re.findall(r"BOTTLER_[A-Z0-9_]*[A-Z0-9]", path.read_text()))
+    assert "BOTTLER_PG_DSN" in found
+    missing = sorted(v for v in found if f"`{v}" not in text)
+    assert not missing, f"docs/configuration.md does not mention {missing}"
