@@ -70,7 +70,7 @@ def test_the_mapping_follows_the_avro_schema():
 
     layout = Layout.of(KINDS, "flattened")
     types = {name: m.get("type") for name, m in layout.properties.items()}
-    assert types == {"id": "integer", "title": "text", "code": "keyword",
+    assert types == {"id": "long", "title": "text", "code": "keyword",
                      "price": "scaled_float", "big": "double", "at": "date", "day": "date",
                      "ok": "boolean", "doc": "flattened", "tags": "text", "raw": "binary",
                      "score": "double"}

@@ -151,9 +151,7 @@ def _primitive(kind: str, avro: dict | None, pg_type: str, flattened: str
         return {"type": "double", "ignore_malformed": True}, str
     if kind == "boolean":
         return {"type": "boolean"}, None
-    if kind == "int":
-        return {"type": "integer"}, None
-    if kind == "long":
+    if kind in ("int", "long"):  # long for both: tables sharing an index share field types
         return {"type": "long"}, None
     if kind in ("float", "double"):
         return {"type": kind, "ignore_malformed": True}, float_json
