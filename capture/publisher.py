@@ -52,15 +52,16 @@ class Publisher:
         })
 
     def send(self, topic: str, key: bytes | None, value: bytes | None,
-             batch: Batch | None = None) -> None:
+             batch: Batch | None = None, headers: list[tuple[str, bytes]] | None = None) -> None:
         if batch is not None:
             batch.pending += 1
         while True:
             try:
                 if batch is None:
-                    self._producer.produce(topic, value, key)
+                    self._producer.produce(topic, value, key, headers=headers)
                 else:
-                    self._producer.produce(topic, value, key, on_delivery=batch.delivered)
+                    self._producer.produce(topic, value, key, on_delivery=batch.delivered,
+                                           headers=headers)
                 return
             except BufferError:
                 self._producer.poll(0.05)  # the local queue is full: let deliveries drain

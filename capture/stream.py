@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_PREFIX = "bottler.heartbeat"
 FEEDBACK_EVERY = 2000  # messages between Kafka polls / feedback while busy
+PG_EPOCH_MICROS = 946_684_800_000_000  # 2000-01-01 (PostgreSQL's epoch) in Unix microseconds
 FEEDBACK_INTERVAL = 1.0  # seconds: the slow path to the server for a confirmed position
 
 
@@ -61,6 +62,8 @@ class Streamer:
         self._begin: pgoutput.Begin | None = None
         self._last_heartbeat = 0.0
         self.confirmed_sent = 0
+        self._lsn = 0  # the WAL position of the message being handled
+        self._commit_time = b""  # its transaction's, as a header value
         # A broker that acknowledges before its data is durable (one that saves periodically)
         # can lose the last acknowledged messages when it restarts: positions are confirmed
         # only ``confirm_delay`` seconds after their acknowledgement, so a capture restarted
@@ -91,6 +94,7 @@ class Streamer:
             while not stop.is_set():
                 msg = cur.read_message()
                 if msg is not None:
+                    self._lsn = msg.data_start
                     self.handle(pgoutput.parse(msg.payload))
                     handled += 1
                     if handled % FEEDBACK_EVERY == 0:
@@ -161,6 +165,7 @@ class Streamer:
             self._change(m.relation_oid, m.old, None, "delete")
         elif kind is pgoutput.Begin:
             self._begin = m
+            self._commit_time = b"%d" % (m.commit_time + PG_EPOCH_MICROS)
             self._batch = self.tracker.open()
             if self.transaction_topic:
                 self._send(self.control.transactions_topic, None,
@@ -201,7 +206,11 @@ class Streamer:
             metrics.DATA_ERRORS.inc()
             self.publisher.data_error(error)
             return
-        self._send(codec.topic, key, value)
+        # Where the change is in the WAL: per key, changes come in increasing LSN (a row's
+        # writers wait for each other's commits), so a consumer can tell a replayed old
+        # change from a new one (the translators' keyed state does).
+        headers = [("bottler.lsn", b"%d" % self._lsn), ("bottler.commit_time", self._commit_time)]
+        self.publisher.send(codec.topic, key, value, self._batch, headers)
         self._count(codec.qualified, op)
 
     def _update(self, m: pgoutput.Update) -> None:

@@ -40,7 +40,7 @@ from materializers.core.loop import PoisonMessage
 from materializers.translators import metrics
 from materializers.translators.api import RowChange, Source, Translator
 from materializers.translators.encoding import EncodeError, EventEncoder
-from materializers.translators.state import KeyedState, state_key
+from materializers.translators.state import DELETED, LSN_HEADER, KeyedState, state_key
 from schemas.topics import CONTROL, DEAD_LETTER, with_prefix
 
 log = logging.getLogger(__name__)
@@ -339,19 +339,26 @@ class TranslatorRunner:
             self._poison(msg, str(exc), "DecodeError")
             return
         before = None
+        source = _source(msg)
         if self.translator.keep_previous and key is not None:
             skey = state_key(msg.topic(), key)
-            previous = self.state.get(skey)
-            if previous is not None:
+            previous, previous_lsn = self.state.get(skey) or (DELETED, None)
+            if source.lsn is not None and previous_lsn is not None and \
+                    source.lsn <= previous_lsn:
+                return  # a replay of a change translated before (the capture is at-least-once)
+            if previous != DELETED:
                 before = self._previous_row(msg, previous)
             op = "delete" if row is None else ("update" if before is not None else "insert")
-            if previous != msg.value():
-                self.state.stage(skey, msg.value())
-                self._produce(self.changelog, skey, msg.value())
+            entry = (DELETED if row is None else msg.value(), source.lsn)
+            if entry != (previous, previous_lsn):
+                self.state.stage(skey, entry)
+                self._produce(self.changelog, skey, entry[0],
+                              None if source.lsn is None else
+                              [(LSN_HEADER, str(source.lsn).encode())])
         else:
             op = "delete" if row is None else ("upsert" if key is not None else "insert")
         writer = vschema if vschema is not None else kschema
-        change = RowChange(table_of(writer.schema), op, key, row, before, _source(msg))
+        change = RowChange(table_of(writer.schema), op, key, row, before, source)
         try:
             encoded = [self._encoder.encode(e) for e in self.translator.translate(change)]
         except Exception as exc:  # noqa: BLE001 - a failure of this change, by policy

@@ -35,25 +35,33 @@ def state_key(topic: str, key: dict[str, Any]) -> bytes:
         key, sort_keys=True, separators=(",", ":"), default=str).encode()
 
 
+Entry = tuple[bytes, "int | None"]
+"""(the row's encoded value, ``b""`` for a deleted row; the WAL position of that change)."""
+DELETED = b""  # a deleted row: kept with its LSN, so a replayed older change is recognised
+LSN_HEADER = "bottler.lsn"
+
+
 class KeyedState:
     """Committed rows plus the rows staged by the open transaction (``stage``, then
-    ``commit`` once the transaction is committed, or ``discard`` if it is aborted)."""
+    ``commit`` once the transaction is committed, or ``discard`` if it is aborted). Each row
+    comes with the LSN of its change (None where the capture sent none: snapshot rows), which
+    the changelog keeps in a ``bottler.lsn`` header."""
 
     def __init__(self, changelog: str):
         self.changelog = changelog
-        self._rows: dict[bytes, bytes] = {}
-        self._staged: dict[bytes, bytes | None] = {}
+        self._rows: dict[bytes, Entry] = {}
+        self._staged: dict[bytes, Entry | None] = {}
 
     def __len__(self) -> int:
         return len(self._rows)
 
-    def get(self, key: bytes) -> bytes | None:
+    def get(self, key: bytes) -> Entry | None:
         if key in self._staged:
             return self._staged[key]
         return self._rows.get(key)
 
-    def stage(self, key: bytes, value: bytes | None) -> None:
-        self._staged[key] = value
+    def stage(self, key: bytes, entry: Entry | None) -> None:
+        self._staged[key] = entry
 
     def commit(self) -> None:
         for key, value in self._staged.items():
@@ -104,7 +112,8 @@ class KeyedState:
                 if msg.value() is None:
                     self._rows.pop(msg.key(), None)
                 else:
-                    self._rows[msg.key()] = msg.value()
+                    lsn = next((v for k, v in msg.headers() or () if k == LSN_HEADER), None)
+                    self._rows[msg.key()] = (msg.value(), int(lsn) if lsn else None)
         finally:
             consumer.close()
         log.info("restored %d rows of state from %s (%d records)", len(self._rows),
