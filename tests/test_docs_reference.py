@@ -105,3 +105,39 @@ def test_every_variable_the_code_reads_is_documented() -> None:
     assert "BOTTLER_PG_DSN" in found
     missing = sorted(v for v in found if f"`{v}" not in text)
     assert not missing, f"docs/configuration.md does not mention {missing}"
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.MULTILINE | re.DOTALL)
+    return {slug(h) for h in re.findall(r"^#+ (.+)$", text, flags=re.MULTILINE)}
+
+
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+
+
+@pytest.mark.parametrize("page", [ROOT / "README.md", *DOCS], ids=lambda p: p.name)
+def test_links_between_docs_resolve(page: Path) -> None:
+    """Every relative link of the README and docs/ names a file that exists and, with #anchor,
+    a heading of that file."""
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+        if re.match(r"[a-z]+:", target):
+            continue  # http(s), mailto
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        missing_anchor = anchor and file.suffix == ".md" and anchor not in anchors(file)
+        if not file.exists() or missing_anchor:
+            broken.append(target)
+    assert not broken, f"{page.name}: broken links {broken}"
+
+
+def test_the_readme_indexes_every_doc() -> None:
+    readme = (ROOT / "README.md").read_text()
+    missing = [p.name for p in DOCS if f"(docs/{p.name})" not in readme]
+    assert not missing, f"README.md does not link {missing}"
