@@ -8,9 +8,10 @@ import threading
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from bottler import gctune
 from bottler.errors import BottlerError
 from bottler.redact import redact
-from capture import gctune, metrics, snapshot, source, state, topics
+from capture import metrics, snapshot, source, state, topics
 from capture.control import ControlEvents
 from capture.pgoutput import lsn_to_str
 from capture.publisher import DataError, Publisher

@@ -23,8 +23,9 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from bottler import gctune
 from bottler.errors import BottlerError
-from capture import gctune, metrics
+from capture import metrics
 from capture.encoding import CodecSpec
 from capture.publisher import DataError, Publisher
 from capture.source import SourceTable, session_connect

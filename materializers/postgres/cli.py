@@ -7,6 +7,7 @@ import threading
 
 import typer
 
+from bottler import gctune
 from bottler.errors import BottlerError
 
 
@@ -44,6 +45,7 @@ def materialize_postgres(
 
         start_http_server(metrics_port)
     sink = PostgresSink(target, group_id)
+    gctune.tune()
     try:
         materializer = Materializer(
             sink, bootstrap=broker, registry=schema_registry, group_id=group_id,
