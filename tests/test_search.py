@@ -117,6 +117,8 @@ def row(id_, **values):
 
 
 def test_every_kind_of_value_is_indexed_and_searchable(client, index):
+    flavour = client.flavour()
+    assert (flavour.name, flavour.major, flavour.flattened) == ("elasticsearch", 8, "flattened")
     sink = SearchSink(client, index)
     changes = [upsert(0, row(1, title="Red running shoes", code="a0eebc99", price=Decimal("59.90"),
                              at=1717243200000000, day=19875, ok=True,

@@ -47,7 +47,7 @@ TransformOpt = typer.Option(None, "--transform",
                             help="module:function(doc, change) returning the document to "
                             "index (or None to leave the row out).")
 OnPoison = typer.Option("dead-letter", "--on-poison", help="dead-letter (default) or stop")
-BatchSize = typer.Option(5000, "--batch-size", help="Messages per batch (and per bulk request).")
+BatchSize = typer.Option(5000, "--batch-size", help="Messages per batch.")
 
 
 def materialize_search(
