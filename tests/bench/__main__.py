@@ -1,8 +1,12 @@
-"""`make bench`: start an isolated embedded stack, measure, print one report.
+"""`make bench`: start an isolated embedded stack, measure, print one report and write it
+(Markdown and PNG charts) into bench-report/.
 
-Every capture figure is measured on the same data as its raw ceiling, in the same run: the
-decode ceilings and the stream on tables of ROWS rows inserted in TRANSACTIONS transactions,
-COPY and the snapshot on one table of ROWS rows. See docs/benchmarks.md.
+Every figure is measured on the same data as its raw ceiling, in the same run: the decode
+ceilings and the stream on tables of ROWS rows inserted in TRANSACTIONS transactions, COPY, the
+snapshot, the replica and the search index on one table of ROWS rows, the warehouse's MERGE of
+ROWS/10 changes into a ROWS-row Delta table. Then the stream catch-up, the snapshot and the
+replica rebuild again, each with its ceiling, at the smaller sizes of --scaling. See
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -14,11 +18,24 @@ from pathlib import Path
 
 from compose.stack import isolated_stack
 from tests.bench import ceilings, data, pyspy
+from tests.bench.kafka import TopicWatch, delete_topics
 from tests.bench.latency import latency
+from tests.bench.procs import CaptureProcess
 from tests.bench.replica import replica
-from tests.bench.report import Figure, Target, code_line, machine_line, print_report
-from tests.bench.snapshot import snapshot
+from tests.bench.report import (
+    Figure,
+    ScalePoint,
+    Target,
+    code_line,
+    machine_line,
+    print_report,
+    write_report,
+)
+from tests.bench.search import search
+from tests.bench.snapshot import DEFAULT_WORKERS, snapshot
 from tests.bench.stream import StreamBench
+from tests.bench.translator import translator
+from tests.bench.warehouse import warehouse
 
 ROWS = 1_000_000  # rows of ~100 B per decode, stream and snapshot measurement
 TRANSACTIONS = 1  # transactions the ROWS rows are inserted in
@@ -26,10 +43,17 @@ LATENCY_RATE = 5_000  # single-row insert commits per second during the latency 
 LATENCY_SECONDS = 10
 SNAPSHOT_WORKERS = (2, 1)
 RSS_TARGET_MB = 300
+SCALING = (10_000, 100_000)  # the smaller sizes of the scaling series; ROWS is the largest
+REPORT = Path(__file__).resolve().parents[2] / "bench-report"
+
+STREAM_SERIES = "capture stream, catch-up"
+SNAPSHOT_SERIES = f"capture snapshot, {DEFAULT_WORKERS} workers"
+REPLICA_SERIES = "replica rebuild (apply)"
 
 DECODE_TABLE = "bench_decode"
 STREAM_TABLE = "bench_stream"
 SNAPSHOT_TABLE = "bench_snapshot"
+SEARCH_PREFIX = "bench_search"
 
 
 def say(what: str) -> None:
@@ -39,6 +63,11 @@ def say(what: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__)
     parser.add_argument("--rows", type=int, default=ROWS, help=f"rows per table [{ROWS:,}]")
+    parser.add_argument("--scaling", type=_sizes, default=SCALING, metavar="N,N…",
+                        help="the other sizes of the scaling series, besides --rows "
+                             f"[{','.join(map(str, SCALING))}]; '' for none")
+    parser.add_argument("--out", type=Path, default=REPORT, metavar="DIR",
+                        help=f"where the report (README.md and charts) goes [{REPORT}]")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="sample the capture with py-spy into DIR (see tests/bench/pyspy.py)")
     parser.add_argument("--replica-only", action="store_true",
@@ -47,83 +76,169 @@ def main(argv: list[str] | None = None) -> None:
     rows = args.rows
     header = [code_line(), machine_line() + " at the start"]
     started = time.monotonic()
+    figures: list[Figure] = []
+    scaling: list[ScalePoint] = []
     with isolated_stack() as stack:
         ep = stack.endpoints
         env = {"BOTTLER_PG_DSN": ep.pg_dsn, "BOTTLER_KAFKA": ep.kafka,
                "BOTTLER_REGISTRY": ep.registry}
         cpu_roots = {"postgres": stack.postgres.running_pid(),
                      "broker": stack.broker.running_pid()}
-        figures: list[Figure] = []
 
         say(f"filling {SNAPSHOT_TABLE} with {rows:,} rows (no slot exists yet)")
-        data.create_table(ep.pg_dsn, SNAPSHOT_TABLE)
-        data.fill(ep.pg_dsn, SNAPSHOT_TABLE, 1, rows)
-        data.vacuum(ep.pg_dsn, SNAPSHOT_TABLE)
+        _snapshot_table(ep.pg_dsn, SNAPSHOT_TABLE, rows)
 
         if args.replica_only:
-            figures += _replica(ep, env, rows, cpu_roots, args.profile)
-            print_report(figures, header)
-            for summary in pyspy.summaries():
-                print("\n" + summary)
-            return
-
-        say("decode ceiling, catch-up (pg_recvlogical --endpos)")
-        decode_catch_up = ceilings.decode_catch_up(ep.pg_dsn, DECODE_TABLE, rows, TRANSACTIONS)
-        say("decode ceiling, live (pg_recvlogical streaming during the insert)")
-        decode_live = ceilings.decode_live(ep.pg_dsn, DECODE_TABLE, rows, TRANSACTIONS)
-        data.drop_table(ep.pg_dsn, DECODE_TABLE)
-        figures += [decode_catch_up, decode_live]
-
-        stream = StreamBench(ep.pg_dsn, ep.kafka, env, STREAM_TABLE, cpu_roots, args.profile)
-        try:
-            say("capture stream, catch-up")
-            figures.append(stream.catch_up(rows, TRANSACTIONS, decode_catch_up))
-            say("capture stream, live")
-            figures += stream.live(rows, TRANSACTIONS, decode_live)
-            say(f"latency at {LATENCY_RATE:,} commits/s for {LATENCY_SECONDS} s")
-            stream.fresh_topic()
-            figures += latency(ep.pg_dsn, ep.kafka, STREAM_TABLE, stream.topic, stream.next_id,
-                               LATENCY_RATE, LATENCY_SECONDS, stream.capture, cpu_roots)
-        finally:
-            stream.close()
-        figures.append(Figure(
-            "capture RSS peak: stream (catch-up, live, latency)", stream.capture.peak_mb, "MB",
-            target=Target("<", RSS_TARGET_MB),
-            notes=["VmHWM of the `bottler capture` process (the largest of its runs), "
-                   f"sampled every 0.25 s; peak PSS {stream.capture.peak_pss_mb:.0f} MB"],
-        ))
-
-        say("COPY ceiling")
-        copy = ceilings.copy_out(ep.pg_dsn, SNAPSHOT_TABLE, rows)
-        figures.append(copy)
-        for workers in SNAPSHOT_WORKERS:
-            say(f"capture snapshot, {workers} worker(s)")
-            figure, capture = snapshot(env, ep.kafka, SNAPSHOT_TABLE, rows, workers, copy,
-                                       cpu_roots, args.profile)
-            figures.append(figure)
-            figures.append(Figure(
-                f"capture RSS peak: snapshot, {workers} worker(s), main + workers",
-                capture.peak_mb + capture.workers_peak_mb, "MB",
-                target=Target("<", RSS_TARGET_MB),
-                notes=[f"main process {capture.peak_mb:.0f} MB + "
-                       f"{len(capture.worker_peaks)} worker(s) "
-                       + " + ".join(f"{kb / 1024:.0f}" for kb in capture.worker_peaks.values())
-                       + " MB (VmHWM of each, summed: shared pages count once per process); "
-                       f"peak PSS of them together, as sampled: {capture.peak_pss_mb:.0f} MB"],
-            ))
-        figures += _replica(ep, env, rows, cpu_roots, args.profile)
-        say("broker ceiling")
-        figures.append(ceilings.broker_produce(ep.kafka, cpu_roots["broker"]))
+            figures += _replica(ep, env, SNAPSHOT_TABLE, rows, cpu_roots, args.profile)
+        else:
+            figures += _capture(ep, env, rows, cpu_roots, args.profile)
+            figures += _search(ep, env, SNAPSHOT_TABLE, rows, cpu_roots)
+            # last on this table: its lag run inserts more rows into it
+            figures += _replica(ep, env, SNAPSHOT_TABLE, rows, cpu_roots, args.profile)
+            figures += translator(ep.pg_dsn, ep.kafka, env, rows, cpu_roots, say=say)
+            scaling += _main_points(figures, rows)
+            for size in sorted(set(args.scaling) - {rows}):
+                scaling += _scale(ep, env, size, cpu_roots)
+            say("broker ceiling")
+            figures.append(ceilings.broker_produce(ep.kafka, cpu_roots["broker"]))
+    if not args.replica_only:
+        say(f"warehouse: MERGE of {rows // 10:,} changes into a {rows:,}-row Delta table")
+        figures += warehouse(rows, rows // 10, say=say)
     header.append(machine_line() + f" at the end; {time.monotonic() - started:.0f} s in all")
     print_report(figures, header)
     for summary in pyspy.summaries():
         print("\n" + summary)
+    readme = write_report(args.out, figures, header, scaling)
+    say(f"report written to {readme}")
 
 
-def _replica(ep, env, rows, cpu_roots, profile) -> list[Figure]:
-    """The replica on the snapshot's table: its ceiling, its rebuild, its lag."""
-    return replica(ep.pg_dsn, ep.kafka, env, SNAPSHOT_TABLE, rows, rows + 1, LATENCY_RATE,
-                   LATENCY_SECONDS, cpu_roots, profile)
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(n.replace("_", "")) for n in text.split(",") if n.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of row counts: {text!r}") from None
+
+
+def _snapshot_table(dsn: str, table: str, rows: int) -> None:
+    data.create_table(dsn, table)
+    data.fill(dsn, table, 1, rows)
+    data.vacuum(dsn, table)
+
+
+def _capture(ep, env, rows, cpu_roots, profile) -> list[Figure]:
+    """The decode ceilings, the stream, latency and memory; COPY and the snapshot."""
+    figures: list[Figure] = []
+    say("decode ceiling, catch-up (pg_recvlogical --endpos)")
+    decode_catch_up = ceilings.decode_catch_up(ep.pg_dsn, DECODE_TABLE, rows, TRANSACTIONS)
+    say("decode ceiling, live (pg_recvlogical streaming during the insert)")
+    decode_live = ceilings.decode_live(ep.pg_dsn, DECODE_TABLE, rows, TRANSACTIONS)
+    data.drop_table(ep.pg_dsn, DECODE_TABLE)
+    figures += [decode_catch_up, decode_live]
+
+    stream = StreamBench(ep.pg_dsn, ep.kafka, env, STREAM_TABLE, cpu_roots, profile)
+    try:
+        say("capture stream, catch-up")
+        figures.append(stream.catch_up(rows, TRANSACTIONS, decode_catch_up))
+        say("capture stream, live")
+        figures += stream.live(rows, TRANSACTIONS, decode_live)
+        say(f"latency at {LATENCY_RATE:,} commits/s for {LATENCY_SECONDS} s")
+        stream.fresh_topic()
+        figures += latency(ep.pg_dsn, ep.kafka, STREAM_TABLE, stream.topic, stream.next_id,
+                           LATENCY_RATE, LATENCY_SECONDS, stream.capture, cpu_roots)
+    finally:
+        stream.close()
+    data.drop_table(ep.pg_dsn, STREAM_TABLE)
+    figures.append(Figure(
+        "capture RSS peak: stream (catch-up, live, latency)", stream.capture.peak_mb, "MB",
+        target=Target("<", RSS_TARGET_MB),
+        notes=["VmHWM of the `bottler capture` process (the largest of its runs), "
+               f"sampled every 0.25 s; peak PSS {stream.capture.peak_pss_mb:.0f} MB"],
+    ))
+
+    say("COPY ceiling")
+    copy = ceilings.copy_out(ep.pg_dsn, SNAPSHOT_TABLE, rows)
+    figures.append(copy)
+    for workers in SNAPSHOT_WORKERS:
+        say(f"capture snapshot, {workers} worker(s)")
+        figure, capture = snapshot(env, ep.kafka, SNAPSHOT_TABLE, rows, workers, copy,
+                                   cpu_roots, profile)
+        figures.append(figure)
+        figures.append(Figure(
+            f"capture RSS peak: snapshot, {workers} worker(s), main + workers",
+            capture.peak_mb + capture.workers_peak_mb, "MB",
+            target=Target("<", RSS_TARGET_MB),
+            notes=[f"main process {capture.peak_mb:.0f} MB + "
+                   f"{len(capture.worker_peaks)} worker(s) "
+                   + " + ".join(f"{kb / 1024:.0f}" for kb in capture.worker_peaks.values())
+                   + " MB (VmHWM of each, summed: shared pages count once per process); "
+                   f"peak PSS of them together, as sampled: {capture.peak_pss_mb:.0f} MB"],
+        ))
+    return figures
+
+
+def _replica(ep, env, table, rows, cpu_roots, profile, lag=True) -> list[Figure]:
+    """The replica on ``table``: its ceiling, its rebuild, (``lag``) its lag."""
+    return replica(ep.pg_dsn, ep.kafka, env, table, rows, rows + 1, LATENCY_RATE,
+                   LATENCY_SECONDS, cpu_roots, profile, lag=lag)
+
+
+def _search(ep, env, table, rows, cpu_roots) -> list[Figure]:
+    """The search materializer on a capture snapshot of ``table`` (not timed)."""
+    say(f"search: capture snapshot of {table} into {SEARCH_PREFIX}.{table}")
+    ceilings.drop_slot(ep.pg_dsn, SEARCH_PREFIX)
+    capture = CaptureProcess("search-source", env, [
+        "--tables", f"public.{table}", "--slot", SEARCH_PREFIX, "--topic-prefix", SEARCH_PREFIX,
+    ])
+    topic = f"{SEARCH_PREFIX}.{table}"
+    try:
+        capture.start()
+        try:
+            capture.wait_line(r"snapshot: (\d+) rows", timeout=600)
+        finally:
+            capture.stop()
+        watch = TopicWatch(ep.kafka, topic)
+        in_topic = watch.end()
+        watch.close()
+        if in_topic != rows:
+            raise RuntimeError(f"{topic} holds {in_topic:,} messages, not {rows:,}")
+        return search(ep.search, ep.kafka, ep.registry, topic, rows,
+                      {"broker": cpu_roots["broker"]})
+    finally:
+        ceilings.drop_slot(ep.pg_dsn, SEARCH_PREFIX)
+        delete_topics(ep.kafka, f"{SEARCH_PREFIX}.")
+
+
+def _main_points(figures: list[Figure], rows: int) -> list[ScalePoint]:
+    """The main run's figures that the scaling series continue, found by name."""
+    series = {STREAM_SERIES: "capture stream, catch-up:",
+              SNAPSHOT_SERIES: f"capture snapshot, {DEFAULT_WORKERS} workers:",
+              REPLICA_SERIES: "replica rebuild from zero:"}
+    return [ScalePoint(name, rows, f) for name, prefix in series.items()
+            for f in figures if f.name.startswith(prefix)]
+
+
+def _scale(ep, env, rows, cpu_roots) -> list[ScalePoint]:
+    """The scaling series at ``rows``: stream catch-up, snapshot and replica rebuild, each
+    against its ceiling measured at this size."""
+    say(f"scaling at {rows:,} rows: decode ceiling and capture stream, catch-up")
+    decode = ceilings.decode_catch_up(ep.pg_dsn, DECODE_TABLE, rows, TRANSACTIONS)
+    data.drop_table(ep.pg_dsn, DECODE_TABLE)
+    table = f"bench_scale_{rows}"
+    stream = StreamBench(ep.pg_dsn, ep.kafka, env, table, cpu_roots)
+    try:
+        caught_up = stream.catch_up(rows, TRANSACTIONS, decode)
+    finally:
+        stream.close()
+    say(f"scaling at {rows:,} rows: COPY ceiling and capture snapshot")
+    _snapshot_table(ep.pg_dsn, table, rows)
+    copy = ceilings.copy_out(ep.pg_dsn, table, rows)
+    snapshotted, _ = snapshot(env, ep.kafka, table, rows, DEFAULT_WORKERS, copy, cpu_roots)
+    say(f"scaling at {rows:,} rows: replica ceiling and rebuild")
+    _, rebuilt = _replica(ep, env, table, rows, cpu_roots, None, lag=False)
+    data.drop_table(ep.pg_dsn, table)
+    return [ScalePoint(STREAM_SERIES, rows, caught_up),
+            ScalePoint(SNAPSHOT_SERIES, rows, snapshotted),
+            ScalePoint(REPLICA_SERIES, rows, rebuilt)]
 
 
 if __name__ == "__main__":

@@ -100,10 +100,21 @@ def _new_slot(dsn: str, table: str, slot: str) -> None:
         conn.execute("select pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
 
 
-def _drop_slot(dsn: str, slot: str) -> None:
+def drop_slot(dsn: str, slot: str) -> None:
+    """Drop the slot and the publication named after it (as the capture names its own), if
+    they exist: an idle slot retains WAL, and a publication left behind would be reused as it
+    is by the next capture of that name, with the wrong tables."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("select pg_drop_replication_slot(%s)", (slot,))
-        conn.execute(sql.SQL("drop publication {}").format(sql.Identifier(slot)))
+        for attempt in range(50):  # a stopped client's walsender may hold it a moment longer
+            try:
+                conn.execute("select pg_drop_replication_slot(slot_name) from "
+                             "pg_replication_slots where slot_name = %s", (slot,))
+                break
+            except psycopg.errors.ObjectInUse:
+                if attempt == 49:
+                    raise
+                time.sleep(0.2)
+        conn.execute(sql.SQL("drop publication if exists {}").format(sql.Identifier(slot)))
 
 
 def decode_catch_up(dsn: str, table: str, rows: int, transactions: int) -> Figure:
@@ -120,7 +131,7 @@ def decode_catch_up(dsn: str, table: str, rows: int, transactions: int) -> Figur
     start = time.perf_counter()
     subprocess.run(argv, env=env, check=True, capture_output=True)
     elapsed = time.perf_counter() - start
-    _drop_slot(dsn, slot)
+    drop_slot(dsn, slot)
     return Figure("decode ceiling, catch-up: pg_recvlogical --endpos → /dev/null",
                   rows / elapsed, "rows/s",
                   notes=[f"{rows:,} rows in {transactions} transaction(s) written before "
@@ -160,7 +171,7 @@ def decode_live(dsn: str, table: str, rows: int, transactions: int) -> Figure:
     finally:
         proc.terminate()
         proc.wait(30)
-    _drop_slot(dsn, slot)
+    drop_slot(dsn, slot)
     elapsed = seen_at[0] - first_commit
     return Figure("decode ceiling, live: pg_recvlogical streaming during the insert",
                   rows / elapsed, "rows/s",

@@ -42,14 +42,14 @@ def _colour(f: Figure) -> str:
 
 
 def _bars(figures: Sequence[Figure], values: list[float], marks: list[float | None],
-          xlabel: str, title: str, path: Path, reference: float | None = None) -> None:
+          xlabel: str, title: str, path: Path, reference: float | None = None,
+          log: bool = False) -> None:
     """Horizontal bars, the first figure on top, each with its target as a black tick."""
     fig, ax = plt.subplots(figsize=(WIDTH, 1.2 + ROW * len(figures)))
     ys = range(len(figures))[::-1]
     ax.barh(list(ys), values, color=[_colour(f) for f in figures], height=0.6)
     for y, value in zip(ys, values, strict=True):
-        ax.annotate(f" {value:,.2f}" if value < 10 else f" {value:,.0f}", (value, y),
-                    va="center", fontsize=8)
+        ax.annotate(f" {_number(value)}", (value, y), va="center", fontsize=8)
     marked = [(y, m) for y, m in zip(ys, marks, strict=True) if m is not None]
     if marked:
         ax.scatter([m for _, m in marked], [y for y, _ in marked], marker="|", s=400,
@@ -60,8 +60,13 @@ def _bars(figures: Sequence[Figure], values: list[float], marks: list[float | No
     ax.set_yticks(list(ys), [_short(f.name) for f in figures], fontsize=8)
     ax.set_xlabel(xlabel)
     ax.set_title(title)
-    right = max([*values, *(m for _, m in marked), reference or 0])
-    ax.set_xlim(0, right * 1.18 or 1)
+    shown = [v for v in (*values, *(m for _, m in marked), reference) if v]
+    if log:  # ratios: a tenth and ten times are as far from 1
+        ax.set_xscale("log")
+        ax.set_xlim(min(shown) / 2, max(shown) * 2.5)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    else:
+        ax.set_xlim(0, max(shown, default=1) * 1.18)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -74,7 +79,7 @@ def ratios(figures: Sequence[Figure], path: Path) -> None:
           [f.target.as_ratio(f) if f.target else None for f in figures],
           "ratio to the raw ceiling measured in the same run (1 = as fast as the ceiling)",
           "Rates against their raw ceilings (green: target met, red: missed)", path,
-          reference=1.0)
+          reference=1.0, log=True)
 
 
 def latencies(figures: Sequence[Figure], path: Path) -> None:
@@ -115,6 +120,11 @@ def scaling_chart(points: Sequence[ScalePoint], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _number(v: float) -> str:
+    """As the report's table writes ratios: two decimals, three below 0.1."""
+    return f"{v:,.0f}" if v >= 10 else f"{v:.2f}" if v >= 0.1 else f"{v:.3f}"
 
 
 def _count(n: float) -> str:

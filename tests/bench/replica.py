@@ -29,6 +29,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from tests.bench import data
+from tests.bench.ceilings import drop_slot
 from tests.bench.kafka import TopicWatch, delete_topics
 from tests.bench.latency import TOPIC_CONFIG, WRITERS, _pct, start_observer, write
 from tests.bench.procs import CaptureProcess, CpuMeter
@@ -120,7 +121,9 @@ def copy_in(dsn: str, target: str, table: str, rows: int, postgres_pid: int | No
 
 def replica(dsn: str, bootstrap: str, env: dict[str, str], table: str, rows: int,
             first_id: int, rate: float, seconds: float, cpu_roots: dict[str, int | None],
-            profile: Path | None = None) -> list[Figure]:
+            profile: Path | None = None, lag: bool = True) -> list[Figure]:
+    """The raw ceiling, the rebuild measured against it, then (``lag``) the lag figures."""
+    drop_slot(dsn, PREFIX)  # a fresh slot and publication: a snapshot of ``table``
     target = target_dsn(dsn)
     say = _say
     try:
@@ -141,14 +144,13 @@ def replica(dsn: str, bootstrap: str, env: dict[str, str], table: str, rows: int
                 raise RuntimeError(f"{PREFIX}.{table} holds {in_topic:,} messages, not {rows:,}")
             say("replica: rebuild from zero (--once)")
             figures = [ceiling, _rebuild(env, target, table, rows, ceiling, cpu_roots, profile)]
-            say(f"replica: lag at {rate:,.0f} commits/s for {seconds:.0f} s")
-            figures += _lag(dsn, env, target, table, first_id, rate, seconds, capture,
-                            cpu_roots)
+            if lag:
+                say(f"replica: lag at {rate:,.0f} commits/s for {seconds:.0f} s")
+                figures += _lag(dsn, env, target, table, first_id, rate, seconds, capture,
+                                cpu_roots)
         finally:
             capture.stop()
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute("select pg_drop_replication_slot(slot_name) from "
-                             "pg_replication_slots where slot_name = %s", (PREFIX,))
+            drop_slot(dsn, PREFIX)
             delete_topics(bootstrap, f"{PREFIX}.")
     finally:
         drop_target(dsn)

@@ -98,7 +98,9 @@ def print_report(figures: list[Figure], header: list[str] = ()) -> None:
 
 
 def _ratio(f: Figure) -> str:
-    return f"{f.ratio:.2f}×" if f.ratio is not None else "—"
+    if f.ratio is None:
+        return "—"
+    return f"{f.ratio:.2f}×" if f.ratio >= 0.1 else f"{f.ratio:.3f}×"
 
 
 # -- the written report: bench-report/README.md and its charts ---------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from capture.settings import CaptureSettings
+from tests.bench.ceilings import drop_slot
 from tests.bench.kafka import TopicWatch, delete_topics
 from tests.bench.procs import CaptureProcess, CpuMeter, running
 from tests.bench.pyspy import sampled
@@ -21,6 +22,7 @@ def snapshot(env: dict[str, str], bootstrap: str, table: str, rows: int, workers
              ceiling: Figure, cpu_roots: dict[str, int | None],
              profile: Path | None = None) -> tuple[Figure, CaptureProcess]:
     name = f"bench_snapshot_w{workers}"
+    drop_slot(env["BOTTLER_PG_DSN"], name)  # a fresh slot: a snapshot, not a resume
     capture = CaptureProcess(name, env, [
         "--tables", f"public.{table}", "--slot", name, "--topic-prefix", name,
         "--snapshot-workers", str(workers),
@@ -36,6 +38,7 @@ def snapshot(env: dict[str, str], bootstrap: str, table: str, rows: int, workers
     in_topic = watch.end()
     watch.close()
     delete_topics(bootstrap, f"{name}.")
+    drop_slot(env["BOTTLER_PG_DSN"], name)
     if copied != rows or in_topic != rows:
         raise RuntimeError(f"snapshot of {rows:,} rows: the capture reports {copied:,}, "
                            f"the topic holds {in_topic:,}")

@@ -18,6 +18,7 @@ from pathlib import Path
 import psycopg
 
 from tests.bench import data
+from tests.bench.ceilings import drop_slot
 from tests.bench.kafka import TopicWatch, delete_topics
 from tests.bench.latency import TOPIC_CONFIG
 from tests.bench.procs import CaptureProcess, CpuMeter
@@ -35,12 +36,13 @@ class StreamBench:
         self.dsn = dsn
         self.bootstrap = bootstrap
         self.table = table
-        self.slot = "bench_stream"
-        self.capture = CaptureProcess("stream", env, [
-            "--tables", f"public.{table}", "--slot", self.slot, "--topic-prefix", "bench",
+        self.slot = table  # one slot (and publication) per table: each run starts afresh
+        drop_slot(dsn, self.slot)
+        self.capture = CaptureProcess(table, env, [
+            "--tables", f"public.{table}", "--slot", self.slot, "--topic-prefix", table,
             "--snapshot-workers", "1", *TOPIC_CONFIG,
         ])
-        self.topic = f"bench.{table}"
+        self.topic = f"{table}.{table}"
         self.watch = TopicWatch(bootstrap, self.topic)
         self.cpu_roots = cpu_roots
         self.profile = profile
@@ -135,7 +137,8 @@ class StreamBench:
     def close(self) -> None:
         self.capture.stop()
         self.watch.close()
-        delete_topics(self.bootstrap, "bench.")
+        delete_topics(self.bootstrap, f"{self.table}.")
+        drop_slot(self.dsn, self.slot)
 
 
 def _confirmed_note(confirmed: float | None, in_kafka: float) -> str:
