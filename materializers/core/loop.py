@@ -267,6 +267,8 @@ class Materializer:
         messages = self._consumer.consume(self.batch_size, timeout)
         self._keeping_up = len(messages) < self.batch_size
         self._process(messages)
+        if self._keeping_up:
+            self._past_markers()
         self._refresh_watermarks(force=len(messages) < self.batch_size)
         self.tracker.check()
         self._show_progress()
@@ -307,6 +309,18 @@ class Materializer:
         for tp, offset in moved.items():
             self._position[tp] = offset
             self.tracker.advance(tp, offset)
+
+    def _past_markers(self) -> None:
+        """A transactional producer's commit markers take offsets that are never delivered (a
+        translator's output topic under the same prefix has them): after a drained fetch, the
+        client's position, past them, is ours too, or the lag would never reach zero. Only
+        forward: a position behind ours is one we sought to."""
+        assigned = [KafkaTopicPartition(t, p) for t, p in self._assigned]
+        for tp in self._consumer.position(assigned) if assigned else ():
+            key = (tp.topic, tp.partition)
+            if tp.offset > self._position.get(key, 0):
+                self._position[key] = tp.offset
+                self.tracker.advance(key, tp.offset)
 
     def _change(self, msg: Message) -> Change | None:
         key, value = msg.key(), msg.value()
