@@ -14,6 +14,7 @@ import psycopg2
 from confluent_kafka.admin import AdminClient
 
 from bottler.errors import BottlerError
+from bottler.redact import redact
 from capture import metrics, pgoutput, topics
 from capture.control import ControlEvents
 from capture.pgoutput import UNCHANGED
@@ -107,6 +108,13 @@ class Streamer:
                 select.select([conn], [], [], 0.1)
             self.publisher.flush()
             self._feedback(cur, force=True)
+        except (psycopg2.Error, psycopg.Error) as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise BottlerError(
+                f"lost the connection to PostgreSQL while streaming: {redact(reason)}",
+                "the server may be restarting or gone: run the capture again once it is up; it "
+                "resumes from the slot's confirmed position, nothing is lost",
+            ) from None
         finally:
             conn.close()
 

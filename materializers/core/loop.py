@@ -521,9 +521,15 @@ class Materializer:
         if now < self._next_watermarks and not (force and not self.caught_up.is_set()):
             return
         for topic, partition in self.tracker.partitions:
-            low, high = self._consumer.get_watermark_offsets(
-                KafkaTopicPartition(topic, partition), timeout=10, cached=False
-            )
+            try:
+                low, high = self._consumer.get_watermark_offsets(
+                    KafkaTopicPartition(topic, partition), timeout=10, cached=False
+                )
+            except KafkaException as exc:  # the broker restarting: the lag waits for it
+                log.warning("%s: watermarks of %s[%d] unknown for now: %s", self.name, topic,
+                            partition, exc.args[0].str())
+                self._next_watermarks = now + self.watermark_interval
+                return
             tp = (topic, partition)
             current = self._position.get(tp, 0)
             if 0 <= high < current:
