@@ -33,7 +33,7 @@ down:
 	$(COMPOSE) down
 else
 up: deps
-	@$(BIN)/bottler stack up --dir $(STACK_DIR) --demo --app capture --app replica
+	@$(BIN)/bottler stack up --dir $(STACK_DIR) --demo --all
 down: $(STAMP)
 	@$(BIN)/bottler stack down --dir $(STACK_DIR)
 endif

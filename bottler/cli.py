@@ -104,6 +104,7 @@ def stack_up(
     apps: list[str] | None = typer.Option(
         None, "--app", help="Also run this part of the appliance (capture, replica, search, "
         "warehouse, translator, load); remembered."),
+    all_apps: bool = typer.Option(False, "--all", help="Run every part of the appliance."),
     demo: bool = typer.Option(False, "--demo", help="Seed the demo shop (before the apps)."),
 ) -> None:
     """Start PostgreSQL, the broker (Kafka + search APIs) and the registry, and the apps;
@@ -113,7 +114,7 @@ def stack_up(
                  search_metrics=search_metrics_port, warehouse_metrics=warehouse_metrics_port,
                  translator_metrics=translator_metrics_port, load_metrics=load_metrics_port)
     stack = _stack(root, ports)
-    outcome = stack.up(tuple(apps or ()), demo=demo)
+    outcome = stack.up(stack.APPS if all_apps else tuple(apps or ()), demo=demo)
     _print_stack(stack, outcome)
     out.print(f"Endpoints are in [bold]{stack.env_file}[/]; load them with "
               f"[bold]. {_relative(stack.env_file)}[/]")

@@ -1,5 +1,6 @@
-"""What `make up` runs: the stack, the demo shop, the capture streaming it into Kafka, and the
-replica in a second database."""
+"""What `make up` runs: the stack, the demo shop under a gentle write load, the capture streaming
+it into Kafka, and every view: the replica in a second database, the Delta warehouse, the
+business events (and the search index, see tests/test_search*.py)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,30 @@ def metric(url: str, name: str) -> float | None:
     return None
 
 
-def test_demo_shop_is_captured_and_watched():
+def warehouse_paid(stack) -> int | None:
+    """Paid orders in the warehouse's Delta table (None before it exists)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(str(stack.root / "warehouse" / "public" / "orders"))
+    except TableNotFoundError:
+        return None
+    statuses = table.to_pyarrow_table(columns=["status"])["status"].to_pylist()
+    return sum(status == "paid" for status in statuses)
+
+
+def order_events(stack) -> dict[int, list[str]]:
+    from tests.conftest import RunningStack
+    from tests.test_translate import Events
+
+    return Events(RunningStack(stack), "order-events").by_order()
+
+
+def test_the_appliance_runs_and_every_view_follows():
     with isolated_stack() as stack:
-        outcome = stack.up(apps=("capture", "replica"), demo=True)
-        assert outcome["capture"] == outcome["replica"] == "started"
+        outcome = stack.up(apps=stack.APPS, demo=True)
+        assert {outcome[app] for app in stack.APPS} == {"started"}
         ep = stack.endpoints
         decoder = Decoder(ep.registry)
 
@@ -30,14 +51,17 @@ def test_demo_shop_is_captured_and_watched():
             except KeyError:
                 return None
 
-        state = wait_for(lambda: (s := orders()) and len(s) == 5000 and s, 60, "5000 orders")
+        state = wait_for(lambda: (s := orders()) and len(s) >= 5000 and s, 60, "5000 orders")
         assert {v["status"] for v in state.values()} == {"placed", "paid", "shipped", "cancelled"}
+        load_url = f"http://127.0.0.1:{stack.ports.load_metrics}/metrics"
+        wait_for(lambda: metric(load_url, "bottler_load_transactions_total"), 30, "the load")
+        stack.part("load").stop()  # the views are compared with a source at rest
 
         metrics_url = f"http://127.0.0.1:{stack.ports.metrics}/metrics"
         wait_for(lambda: metric(metrics_url, "bottler_capture_snapshot_complete") == 1.0, 30,
                  "the snapshot to be recorded complete")
-        execute(ep.pg_dsn, "update orders set status = 'paid' where id = 1")
-        wait_for(lambda: metric(metrics_url, "bottler_capture_events_total"), 30, "an event")
+        order = rows(ep.pg_dsn, "insert into orders (customer_id) values (1) returning id")[0][0]
+        execute(ep.pg_dsn, f"update orders set status = 'paid' where id = {order}")
         wait_for(lambda: metric(metrics_url, "bottler_capture_confirmed_lsn") > 0, 30,
                  "a confirmed position (after the stack's 5 s --confirm-delay)")
 
@@ -49,10 +73,15 @@ def test_demo_shop_is_captured_and_watched():
             except psycopg.errors.UndefinedTable:  # not created by the replica yet
                 return None
 
-        order_1 = "select status from orders where id = 1"
-        wait_for(lambda: replica_rows(order_1) == [("paid",)], 60, "the replica")
+        wait_for(lambda: replica_rows(f"select status from orders where id = {order}")
+                 == [("paid",)], 60, "the replica")
         count = "select count(*), sum(total) from orders"
         wait_for(lambda: replica_rows(count) == rows(ep.pg_dsn, count), 30, "all orders")
+        paid = "select count(*) from orders where status = 'paid'"
+        wait_for(lambda: warehouse_paid(stack) == rows(ep.pg_dsn, paid)[0][0], 120,
+                 "the warehouse's paid orders to match the source's")
+        wait_for(lambda: order_events(stack).get(order) == ["OrderPlaced", "OrderPaid"], 60,
+                 "the order's business events")
 
         again = stack.up()  # the apps are remembered
         assert again["capture"] == again["replica"] == "already running"
