@@ -130,6 +130,12 @@ def replica(root: Path, env: dict[str, str], metrics_port: int) -> Service:
     return _app(root, "replica", ["materialize", "postgres"], env, metrics_port)
 
 
+def search(root: Path, env: dict[str, str], metrics_port: int) -> Service:
+    """The live search index of the demo shop's products and orders (alias ``shop``)."""
+    return _app(root, "search", ["materialize", "search", "--index", "shop", "--topic",
+                                 "products", "--topic", "orders"], env, metrics_port)
+
+
 def warehouse(root: Path, env: dict[str, str], metrics_port: int) -> Service:
     """The Delta Lake warehouse of the captured topics, under ``<root>/warehouse``."""
     return _app(root, "warehouse", ["materialize", "warehouse", "--path", str(root / "warehouse")],

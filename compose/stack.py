@@ -57,7 +57,7 @@ class Stack:
     then the appliance's processes that were asked for (`apps`), which the stack remembers."""
 
     ORDER = ("postgres", "broker", "registry")
-    APPS = ("capture", "replica", "warehouse", "translator", "load")
+    APPS = ("capture", "replica", "search", "warehouse", "translator", "load")
 
     def __init__(self, root: Path, ports: dict[str, int | None] | None = None):
         """``ports`` overrides some of the ports the stack last used (or the defaults)."""
@@ -98,6 +98,10 @@ class Stack:
         return services.replica(self.root, env, self.ports.replica_metrics)
 
     @property
+    def search(self) -> services.Service:
+        return services.search(self.root, self.endpoints.env(), self.ports.search_metrics)
+
+    @property
     def warehouse(self) -> services.Service:
         return services.warehouse(self.root, self.endpoints.env(), self.ports.warehouse_metrics)
 
@@ -122,6 +126,8 @@ class Stack:
         out = []
         if "replica" in self.apps:
             out.append(("replica (target Postgres)", self.postgres.dsn(REPLICA_DB)))
+        if "search" in self.apps:
+            out.append(("search index (alias shop)", f"{self.endpoints.search}/shop/_search"))
         if "warehouse" in self.apps:
             out.append(("warehouse (Delta tables)", str(self.root / "warehouse")))
         if "translator" in self.apps:

@@ -31,6 +31,12 @@ def warehouse_paid(stack) -> int | None:
     return sum(status == "paid" for status in statuses)
 
 
+def search_status(url: str, order: int) -> str | None:
+    """The order's status as the search alias ``shop`` serves it."""
+    answer = httpx.get(f"{url}/shop/_doc/public.orders:{order}")
+    return answer.json()["_source"].get("status") if answer.status_code == 200 else None
+
+
 def order_events(stack) -> dict[int, list[str]]:
     from tests.conftest import RunningStack
     from tests.test_translate import Events
@@ -82,6 +88,7 @@ def test_the_appliance_runs_and_every_view_follows():
                  "the warehouse's paid orders to match the source's")
         wait_for(lambda: order_events(stack).get(order) == ["OrderPlaced", "OrderPaid"], 60,
                  "the order's business events")
+        wait_for(lambda: search_status(ep.search, order) == "paid", 60, "the search index")
 
         again = stack.up()  # the apps are remembered
         assert again["capture"] == again["replica"] == "already running"
