@@ -20,6 +20,7 @@ from materializers.core import (
     Materializer,
     MemorySink,
     PoisonMessage,
+    RejectedChange,
     TableId,
     freeze,
     table_of,
@@ -381,3 +382,25 @@ def test_commit_markers_of_transactional_writers_do_not_hold_caught_up_back(stac
     materializer.run_until_caught_up(timeout=30)
     assert ids(sink) == {0: "t", 1: "t", 2: "t"}
     assert materializer.lag() == {(topic.name, 0): 0, (topic.truncates, 0): 0}
+
+
+def test_a_change_refused_at_flush_goes_to_the_dead_letter_topic_and_the_rest_lands(stack):
+    """A search cluster refuses a document only in its bulk answer, at flush."""
+    topic = Topic(stack)
+    for i, v in enumerate(("ok", "refused at flush", "ok")):
+        topic.put(i, v)
+
+    class RefusingAtFlush(MemorySink):
+        def flush(self):
+            for change in self._staged:
+                if change.value and change.value["v"] == "refused at flush":
+                    self._staged = []  # nothing of the refused flush is durable
+                    raise RejectedChange(change, "mapper_parsing_exception")
+            super().flush()
+
+    sink = RefusingAtFlush()
+    topic.materializer(sink).run_until_caught_up(timeout=60)
+    assert ids(sink) == {0: "ok", 2: "ok"} and sink.offsets[(topic.name, 0)] == 3
+    dead = wait_for(lambda: read_topic(stack.kafka, f"{topic.prefix}._bottler.dead-letter"), 30,
+                    "a dead letter")
+    assert [dict(m.headers())["bottler.reason"] for m in dead] == [b"mapper_parsing_exception"]

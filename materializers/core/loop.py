@@ -123,6 +123,10 @@ class Materializer:
             "auto.offset.reset": "earliest",
             "enable.partition.eof": False,
             "topic.metadata.refresh.interval.ms": 5000,
+            # Prefetch two batches, not librdkafka's 100k messages, and do not re-ask at once
+            # when a fetch comes back empty: a caught-up reader otherwise keeps a core busy.
+            "queued.min.messages": 2 * batch_size,
+            "fetch.queue.backoff.ms": 20,
             **(consumer_config or {}),
         }
         self.decoder = Decoder(registry)
@@ -425,6 +429,8 @@ class Materializer:
         while True:
             try:
                 self.sink.write(remaining, offsets)
+                self._flush_dead_letters()
+                self.sink.flush()
                 break
             except RejectedChange as exc:
                 index = next((i for i, c in enumerate(remaining) if c is exc.change), None)
@@ -432,8 +438,6 @@ class Materializer:
                     raise  # not a change of this batch: a bug of the sink
                 self._poison(sources[id(exc.change)], exc.reason, "RejectedChange")
                 del remaining[index]
-        self._flush_dead_letters()
-        self.sink.flush()
         assigned = [
             KafkaTopicPartition(t, p, o) for (t, p), o in offsets.items()
             if (t, p) in self._assigned

@@ -55,7 +55,10 @@ class Sink(Protocol):
     **flush()** — make every ``write`` since the last ``flush`` durable, with its offsets (one
     transaction commit for a database). Returns only once durable; raises otherwise, and then
     nothing of the batch may count as done: the loop stops without committing and the next run
-    replays the batch.
+    replays the batch. A target that only refuses a change when it is sent (a search cluster's
+    bulk answer) may raise :class:`RejectedChange` here too: the loop sets it aside and calls
+    ``write`` and ``flush`` again without it (what the refused flush applied is written again:
+    writes are idempotent).
 
     **close()** — release connections; unflushed writes are discarded.
     """
