@@ -173,6 +173,11 @@ class WarehouseJob:
                 self._positions.clear()  # where the tables stand is read again
                 raise
             self._positions.update(offsets)
+            counts: dict[str, int] = {}
+            for change in truncates + changes:
+                counts[change.op] = counts.get(change.op, 0) + 1
+            for op, n in counts.items():
+                metrics.CHANGES.labels(self.name, op).inc(n)
         result.changes, result.truncates = len(changes), len(truncates)
         result.offsets = {**start, **offsets}
         for (topic, partition), h in high.items():
@@ -317,6 +322,7 @@ class WarehouseJob:
         """The message to the dead-letter topic, with the consumer loop's headers."""
         if self.on_poison == "stop":
             raise PoisonMessage(topic, partition, offset, reason)
+        metrics.DEAD_LETTERS.labels(self.name, topic).inc()
         log.warning("%s: %s[%d]@%d to %s: %s", self.name, topic, partition, offset,
                     self.dead_letter_topic, reason)
         if self._producer is None:
