@@ -13,6 +13,7 @@ The input is a capture snapshot of an ``orders`` table of N paid orders (each gi
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 
@@ -71,7 +72,7 @@ def _read(bootstrap: str, topic: str, rows: int, cpu_roots) -> Figure:
                          "enable.auto.commit": False, "enable.partition.eof": True})
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        meter = CpuMeter(cpu_roots).start()
+        meter = CpuMeter({**cpu_roots, "reader (this process)": os.getpid()}).start()
         start = time.perf_counter()
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
         pending, count = set(partitions), 0
@@ -102,7 +103,7 @@ def _translate(bootstrap: str, registry: str, rows: int, ceiling: Figure, cpu_ro
     runner = TranslatorRunner(orders.translator, bootstrap=bootstrap, registry=registry,
                               topic_prefix=PREFIX, group_id=f"{PREFIX}-{uuid.uuid4().hex[:8]}",
                               on_poison="stop")
-    meter = CpuMeter(cpu_roots).start()
+    meter = CpuMeter({**cpu_roots, "translator (this process)": os.getpid()}).start()
     start = time.perf_counter()
     runner.run_until_caught_up(timeout=900)
     elapsed = time.perf_counter() - start
