@@ -1,5 +1,9 @@
 """The target-Postgres replica: a live copy of the source tables in another PostgreSQL database."""
 
-from materializers.postgres.sink import PostgresSink
+from bottler import lazy
+
+__getattr__ = lazy.exports(__name__, {
+    "PostgresSink": "materializers.postgres.sink",
+})
 
 __all__ = ["PostgresSink"]

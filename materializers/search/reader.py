@@ -46,18 +46,10 @@ class ReaderOptions:
         index's own consumer group (``bottler-search-<index>``)."""
         sink = SearchSink(client, index, alias=alias, definition=self.definition,
                           transform=self.transform)
-        loop_options = dict(self.loop_options)
-        # librdkafka prefetches up to 100,000 messages per partition by default, then polls
-        # the end of the topic without pause (the embedded broker answers fetches at once):
-        # CPU taken from the bulk indexing on a small machine. Two batches ahead are enough,
-        # topped up soon after a batch is taken.
-        consumer = {"queued.min.messages": 2 * self.batch_size, "fetch.queue.backoff.ms": 20,
-                    **loop_options.pop("consumer_config", {})}
         loop = Materializer(
             sink, bootstrap=self.bootstrap, registry=self.registry, group_id=sink.group_id,
             topics=self.topics, prefix=self.prefix, on_poison=self.on_poison,  # type: ignore[arg-type]
-            batch_size=self.batch_size, progress=self.progress, consumer_config=consumer,
-            **loop_options,
+            batch_size=self.batch_size, progress=self.progress, **self.loop_options,
         )
         return sink, loop
 

@@ -2,6 +2,10 @@
 (docs/warehouse.md). ``DeltaSink`` is the Sink it writes through (usable by the consumer loop
 too); the job itself is ``materializers.warehouse.job.WarehouseJob``."""
 
-from materializers.warehouse.sink import DeltaSink
+from bottler import lazy
+
+__getattr__ = lazy.exports(__name__, {
+    "DeltaSink": "materializers.warehouse.sink",
+})
 
 __all__ = ["DeltaSink"]
