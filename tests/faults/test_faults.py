@@ -46,6 +46,7 @@ def converge(stack, deadline: float) -> list[views.ViewCheck]:
 
 
 @pytest.mark.faults
+@pytest.mark.timeout(DURATION * 2 + CONVERGE_SECONDS + 240)  # start-up, faults overrunning
 def test_every_view_equals_the_source_after_faults_under_load(capsys):
     rng = random.Random(SEED)
     with isolated_stack() as stack:
