@@ -47,6 +47,7 @@ test: deps
 # The fault suite alone, longer and harder than in `make test` (tests/faults/test_faults.py).
 test-faults: deps
 	BOTTLER_FAULT_SECONDS=$${BOTTLER_FAULT_SECONDS:-120} BOTTLER_FAULT_RATE=$${BOTTLER_FAULT_RATE:-50} \
+		BOTTLER_FAULT_BROKER_RESTART=$${BOTTLER_FAULT_BROKER_RESTART:-1} \
 		$(BIN)/pytest -m faults tests/faults
 
 bench: deps

@@ -99,11 +99,15 @@ class Faults:
         registry_down.__name__ = f"registry stopped {seconds:.0f} s"
         return registry_down
 
-    def schedule(self, duration: float, rng: random.Random) -> list[tuple[float, Callable]]:
-        """Every app killed twice, Postgres and the broker restarted, the registry stopped:
-        in random order, spread over ``duration`` seconds, the first after a few seconds."""
+    def schedule(self, duration: float, rng: random.Random,
+                 broker: bool = True) -> list[tuple[float, Callable]]:
+        """Every app killed twice, Postgres and (with ``broker``) the broker restarted, the
+        registry stopped: in random order, spread over ``duration`` seconds, the first after a
+        few seconds."""
         faults: list[Callable] = [self.kill(app) for app in self.stack.apps for _ in range(2)]
-        faults += [self.restart_postgres, self.restart_broker, self.stop_registry()]
+        faults += [self.restart_postgres, self.stop_registry()]
+        if broker:
+            faults.append(self.restart_broker)
         rng.shuffle(faults)
         step = duration / (len(faults) + 1)
         return [(step * (i + 1) + rng.uniform(-step / 3, step / 3), f)
