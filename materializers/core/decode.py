@@ -12,6 +12,7 @@ import fastavro
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from materializers.core.changes import TableId
 from schemas.avro_reader import Reader, compile_reader
 from schemas.avro_schema import without_logical_types
 from schemas.serde import split
@@ -122,3 +123,16 @@ class Decoder:
             return writer, {name: value[name] for name in writer.names}
         except KeyError:
             return self.decode(data)
+
+
+def truncate_event(decoder: Decoder, data: bytes | None) -> tuple[str, TableId, dict[int, int]]:
+    """(table topic, table, barrier: partition -> end offset at the truncate) of an event of
+    the truncate control topic; DecodeError for anything else."""
+    try:
+        if data is None:
+            raise DecodeError("a truncate event without a value")
+        _, event = decoder.decode(data)
+        barrier = {int(p): int(o) for p, o in event["offsets"].items()}
+        return event["topic"], TableId(event["schema"], event["table"]), barrier
+    except (DecodeError, KeyError, TypeError, ValueError) as exc:
+        raise DecodeError(f"invalid truncate event: {exc}") from None

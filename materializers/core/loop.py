@@ -28,13 +28,12 @@ from typing import Any, Literal
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bottler.errors import BottlerError
-from materializers.core import metrics
+from materializers.core import dead_letters, metrics
 from materializers.core.changes import Change, TableId, TopicPartition, table_of
-from materializers.core.decode import DecodeError, Decoder
+from materializers.core.decode import DecodeError, Decoder, truncate_event
 from materializers.core.lag import LagTracker
 from materializers.core.sink import Offsets, RejectedChange, Sink
 from schemas.topics import CONTROL, DEAD_LETTER, TRUNCATE, with_prefix
@@ -371,14 +370,9 @@ class Materializer:
 
     def _truncate(self, msg, position, moved, stale) -> Change | None:
         try:
-            if msg.value() is None:
-                raise DecodeError("a truncate event without a value")
-            _, event = self.decoder.decode(msg.value())
-            topic = event["topic"]
-            barrier = {int(p): int(o) for p, o in event["offsets"].items()}
-            table = TableId(event["schema"], event["table"])
-        except (DecodeError, KeyError, TypeError, ValueError) as exc:
-            self._poison(msg, f"invalid truncate event: {exc}", "DecodeError")
+            topic, table, barrier = truncate_event(self.decoder, msg.value())
+        except DecodeError as exc:
+            self._poison(msg, str(exc), "DecodeError")
             return None
         if not self.is_table_topic(topic):
             return None
@@ -468,17 +462,11 @@ class Materializer:
         log.warning("%s: %s[%d]@%d to %s: %s", self.name, msg.topic(), msg.partition(),
                     msg.offset(), self.dead_letter_topic, reason)
         if self._producer is None:
-            self._ensure_dead_letter_topic()
+            dead_letters.ensure_topic(self.bootstrap, self.dead_letter_topic)
             self._producer = Producer({"bootstrap.servers": self.bootstrap,
                                        "enable.idempotence": True})
-        headers = [
-            ("bottler.reason", reason.encode()),
-            ("bottler.error", error.encode()),
-            ("bottler.topic", msg.topic().encode()),
-            ("bottler.partition", str(msg.partition()).encode()),
-            ("bottler.offset", str(msg.offset()).encode()),
-            ("bottler.materializer", self.name.encode()),
-        ]
+        headers = dead_letters.headers(msg.topic(), msg.partition(), msg.offset(), reason, error,
+                                       self.name)
         self._producer.produce(self.dead_letter_topic, key=msg.key(), value=msg.value(),
                                headers=headers, on_delivery=self._delivered)
         metrics.DEAD_LETTERS.labels(self.name, msg.topic()).inc()
@@ -496,19 +484,6 @@ class Materializer:
             errors, self._dead_letter_errors = self._dead_letter_errors, []
             raise BottlerError(f"cannot write to {self.dead_letter_topic}: {errors[0]}",
                                "check the broker; the batch is replayed on restart")
-
-    def _ensure_dead_letter_topic(self) -> None:
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        if self.dead_letter_topic in admin.list_topics(timeout=10).topics:
-            return
-        new = NewTopic(self.dead_letter_topic, num_partitions=1,
-                       config={"cleanup.policy": "delete", "retention.ms": "-1"})
-        for future in admin.create_topics([new]).values():
-            try:
-                future.result(timeout=30)
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise
 
     # -- lag and progress ---------------------------------------------------------------
 

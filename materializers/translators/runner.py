@@ -32,6 +32,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bottler.errors import BottlerError
+from materializers.core import dead_letters
 from materializers.core import metrics as core_metrics
 from materializers.core.changes import TopicPartition, table_of
 from materializers.core.decode import DecodeError, Decoder
@@ -219,7 +220,8 @@ class TranslatorRunner:
         kept = {"cleanup.policy": "delete", "retention.ms": "-1"}
         wanted = [NewTopic(self.outputs[o.topic], num_partitions=o.partitions, config=kept)
                   for o in self.translator.outputs]
-        wanted.append(NewTopic(self.dead_letter_topic, num_partitions=1, config=kept))
+        wanted.append(NewTopic(self.dead_letter_topic, num_partitions=1,
+                               config=dead_letters.CONFIG))
         if self.translator.keep_previous:
             wanted.append(NewTopic(self.changelog, num_partitions=1,
                                    config={"cleanup.policy": "compact"}))
@@ -406,14 +408,8 @@ class TranslatorRunner:
             raise PoisonMessage(msg.topic(), msg.partition(), msg.offset(), reason)
         log.warning("%s: %s[%d]@%d to %s: %s", self.group_id, msg.topic(), msg.partition(),
                     msg.offset(), self.dead_letter_topic, reason)
-        headers = [
-            ("bottler.reason", reason.encode()),
-            ("bottler.error", error.encode()),
-            ("bottler.topic", msg.topic().encode()),
-            ("bottler.partition", str(msg.partition()).encode()),
-            ("bottler.offset", str(msg.offset()).encode()),
-            ("bottler.materializer", self.group_id.encode()),
-        ]
+        headers = dead_letters.headers(msg.topic(), msg.partition(), msg.offset(), reason, error,
+                                       self.group_id)
         # In the batch's transaction: a dead letter, too, is written exactly once.
         self._produce(self.dead_letter_topic, msg.key(), msg.value(), headers)
         core_metrics.DEAD_LETTERS.labels(self.group_id, msg.topic()).inc()

@@ -37,12 +37,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from bottler.errors import BottlerError
-from materializers.core import metrics
-from materializers.core.changes import Change, TableId, TopicPartition, table_of
-from materializers.core.decode import DecodeError
+from materializers.core import dead_letters, metrics
+from materializers.core.changes import Change, TopicPartition, table_of
+from materializers.core.decode import DecodeError, truncate_event
 from materializers.core.loop import PoisonMessage
 from materializers.core.sink import RejectedChange
 from materializers.warehouse.delta import DeltaWriter, writer_for
@@ -235,15 +234,10 @@ class WarehouseJob:
         for tp, high in self._watermarks(control).items():
             for msg in read_range(self.bootstrap, tp[0], tp[1], start[tp], high):
                 try:
-                    if msg.value() is None:
-                        raise DecodeError("a truncate event without a value")
-                    _, event = self.decoder.decode(msg.value())
-                    topic = event["topic"]
-                    barrier = {int(p): int(o) for p, o in event["offsets"].items()}
-                    table = TableId(event["schema"], event["table"])
-                except (DecodeError, KeyError, TypeError, ValueError) as exc:
+                    topic, table, barrier = truncate_event(self.decoder, msg.value())
+                except DecodeError as exc:
                     self._poison(msg.topic(), msg.partition(), msg.offset(), msg.key(),
-                                 msg.value(), f"invalid truncate event: {exc}", "DecodeError")
+                                 msg.value(), str(exc), "DecodeError")
                     result.dead_letters += 1
                     continue
                 if not self._is_table_topic(topic):
@@ -326,21 +320,8 @@ class WarehouseJob:
         log.warning("%s: %s[%d]@%d to %s: %s", self.name, topic, partition, offset,
                     self.dead_letter_topic, reason)
         if self._producer is None:
-            admin = AdminClient({"bootstrap.servers": self.bootstrap})
-            if self.dead_letter_topic not in admin.list_topics(timeout=10).topics:
-                new = NewTopic(self.dead_letter_topic, num_partitions=1,
-                               config={"cleanup.policy": "delete", "retention.ms": "-1"})
-                for future in admin.create_topics([new]).values():
-                    try:
-                        future.result(timeout=30)
-                    except Exception as exc:  # noqa: BLE001 - created meanwhile is fine
-                        if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                            raise
+            dead_letters.ensure_topic(self.bootstrap, self.dead_letter_topic)
             self._producer = Producer({"bootstrap.servers": self.bootstrap,
                                        "enable.idempotence": True})
-        headers = [("bottler.reason", reason.encode()), ("bottler.error", error.encode()),
-                   ("bottler.topic", topic.encode()),
-                   ("bottler.partition", str(partition).encode()),
-                   ("bottler.offset", str(offset).encode()),
-                   ("bottler.materializer", self.name.encode())]
+        headers = dead_letters.headers(topic, partition, offset, reason, error, self.name)
         self._producer.produce(self.dead_letter_topic, key=key, value=value, headers=headers)
