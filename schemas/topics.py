@@ -5,6 +5,8 @@ Table topics are `[prefix.][schema.]table`, the schema omitted for `public` (Bot
 rule). Control topics live under `[prefix.]_bottler.`.
 """
 
+import re
+
 CONTROL = "_bottler."
 TRUNCATE = CONTROL + "truncate"
 TRANSACTIONS = CONTROL + "transactions"
@@ -19,3 +21,21 @@ def with_prefix(prefix: str, name: str) -> str:
 
 def table_topic(prefix: str, schema: str, table: str) -> str:
     return with_prefix(prefix, table if schema == "public" else f"{schema}.{table}")
+
+
+def table_topics(prefix: str, topics: list[str] | None = None, pattern: str | None = None):
+    """``topic -> bool``: is it a table topic to read? The ``topics`` listed, or else those
+    matching ``pattern`` (default: every topic under ``prefix``, or every topic not starting
+    with ``_`` without one), never a control topic."""
+    if topics is not None:
+        listed = set(topics)
+        return listed.__contains__
+    control = with_prefix(prefix, CONTROL)
+    regex = re.compile(pattern or (f"^{re.escape(prefix)}\\." if prefix else "^[^_]"))
+
+    def is_table_topic(topic: str) -> bool:
+        if topic.startswith(control) or (not prefix and topic.startswith("_")):
+            return False
+        return regex.match(topic) is not None
+
+    return is_table_topic

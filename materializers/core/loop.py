@@ -19,7 +19,6 @@ truncate. The moved positions are part of the batch's offsets, so a restart resu
 from __future__ import annotations
 
 import logging
-import re
 import sys
 import threading
 import time
@@ -36,7 +35,7 @@ from materializers.core.changes import Change, TableId, TopicPartition, table_of
 from materializers.core.decode import DecodeError, Decoder, truncate_event
 from materializers.core.lag import LagTracker
 from materializers.core.sink import Offsets, RejectedChange, Sink
-from schemas.topics import CONTROL, DEAD_LETTER, TRUNCATE, with_prefix
+from schemas.topics import DEAD_LETTER, TRUNCATE, table_topics, with_prefix
 
 log = logging.getLogger(__name__)
 
@@ -107,14 +106,8 @@ class Materializer:
         self.prefix = prefix
         self.truncate_topic = with_prefix(prefix, TRUNCATE)
         self.dead_letter_topic = with_prefix(prefix, DEAD_LETTER)
-        self._control = with_prefix(prefix, CONTROL)
         self.topics = list(topics) if topics is not None else None
-        if self.topics is not None:
-            self._regex = None
-        else:
-            if pattern is None:
-                pattern = f"^{re.escape(prefix)}\\..*" if prefix else "^[^_].*"
-            self._regex = re.compile(pattern)
+        self.is_table_topic = table_topics(prefix, self.topics, pattern)
         self._consumer_config = {
             "bootstrap.servers": bootstrap,
             "group.id": group_id,
@@ -153,13 +146,6 @@ class Materializer:
         """``(topic, partition) -> messages behind the high watermark`` (None: not yet known),
         for the assigned partitions; after a run, as last seen by it."""
         return self.tracker.lag()
-
-    def is_table_topic(self, topic: str) -> bool:
-        if self.topics is not None:
-            return topic in self.topics
-        if topic.startswith(self._control) or (not self.prefix and topic.startswith("_")):
-            return False
-        return self._regex is not None and self._regex.match(topic) is not None
 
     def run(self, stop_event: threading.Event | None = None) -> None:
         """Process batches until ``stop_event`` is set; the consumer is closed at the end (the

@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import pickle
-import re
 import sys
 import threading
 import time
@@ -47,7 +46,7 @@ from materializers.core.sink import RejectedChange
 from materializers.warehouse.delta import DeltaWriter, writer_for
 from materializers.warehouse.sink import DeltaSink
 from materializers.warehouse.source import NAME, KafkaRanges, decoder, read_range
-from schemas.topics import CONTROL, DEAD_LETTER, TRUNCATE, with_prefix
+from schemas.topics import DEAD_LETTER, TRUNCATE, table_topics, with_prefix
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +101,7 @@ class WarehouseJob:
         self.name = name
         self.truncate_topic = with_prefix(prefix, TRUNCATE)
         self.dead_letter_topic = with_prefix(prefix, DEAD_LETTER)
-        self._control = with_prefix(prefix, CONTROL)
-        self._pattern = re.compile(f"^{re.escape(prefix)}\\." if prefix else "^[^_]")
+        self._is_table_topic = table_topics(prefix, self.topics)
         self.decoder = decoder(registry)
         self._consumer = Consumer({"bootstrap.servers": bootstrap,
                                    "group.id": "bottler-warehouse-planner"})
@@ -211,13 +209,6 @@ class WarehouseJob:
         return sorted((topic, p) for topic, meta in metadata.topics.items()
                       if topic == self.truncate_topic or self._is_table_topic(topic)
                       for p in meta.partitions)
-
-    def _is_table_topic(self, topic: str) -> bool:
-        if self.topics is not None:
-            return topic in self.topics
-        if topic.startswith(self._control) or (not self.prefix and topic.startswith("_")):
-            return False
-        return self._pattern.match(topic) is not None
 
     def _watermarks(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return {tp: self._consumer.get_watermark_offsets(
