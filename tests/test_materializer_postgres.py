@@ -314,19 +314,47 @@ def _published(stack, topic) -> int:
         consumer.close()
 
 
-def test_a_value_the_target_refuses_is_rejected_alone(stack, target):
-    value = {"type": "record", "name": "t", "namespace": "public", "pg.schema": "public",
+_VALUE = {"type": "record", "name": "t", "namespace": "public", "pg.schema": "public",
              "pg.table": "t", "fields": [
                  {"name": "id", "type": "int", "pg.name": "id", "pg.type": "integer"},
                  {"name": "v", "type": ["null", "bytes"], "pg.name": "v", "pg.type": "bytea"}]}
-    key = {"type": "record", "name": "t", "namespace": "public.key",
-           "fields": [{"name": "id", "type": "int", "pg.name": "id", "pg.type": "integer"}]}
+_KEY = {"type": "record", "name": "t", "namespace": "public.key",
+        "fields": [{"name": "id", "type": "int", "pg.name": "id", "pg.type": "integer"}]}
 
-    def up(i, v, offset):
-        return Change(topic="t", table=TableId("public", "t"), op="upsert", key={"id": i},
-                      value={"id": i, "v": v}, partition=0, offset=offset, key_schema_id=1,
-                      value_schema_id=2, key_schema=key, value_schema=value)
 
+def up(i, v, offset):
+    return Change(topic="t", table=TableId("public", "t"), op="upsert", key={"id": i},
+                  value={"id": i, "v": v}, partition=0, offset=offset, key_schema_id=1,
+                  value_schema_id=2, key_schema=_KEY, value_schema=_VALUE)
+
+
+def delete(i, offset):
+    return Change(topic="t", table=TableId("public", "t"), op="delete", key={"id": i},
+                  value=None, partition=0, offset=offset, key_schema_id=1, key_schema=_KEY)
+
+
+def test_new_rows_go_straight_in_and_known_keys_through_staging(stack, target):
+    sink = PostgresSink(target, "unit")
+    try:
+        def batch(*changes):
+            before = sink.rows_staged
+            sink.write(list(changes), {("t", 0): changes[-1].offset + 1})
+            sink.flush()
+            return sink.rows_staged - before
+
+        assert batch(up(1, b"a", 0), up(2, b"b", 1), up(3, b"c", 2)) == 0  # straight in
+        # key 2 is there: the COPY is refused and rolled back, the segment staged
+        assert batch(up(2, b"B", 3), up(4, b"d", 4), delete(3, 5)) == 3
+        assert batch(up(5, b"e", 6)) == 1  # staged while backing off
+        assert batch(up(6, b"f", 7), delete(1, 8)) == 1  # new rows straight in, the delete staged
+        assert fetch(target, "select * from t order by id") == [
+            (2, b"B"), (4, b"d"), (5, b"e"), (6, b"f")]
+        assert sink.stored_offsets([("t", 0)]) == {("t", 0): 9}
+    finally:
+        sink.close()
+
+
+def test_a_value_the_target_refuses_is_rejected_alone(stack, target):
     sink = PostgresSink(target, "unit")
     try:
         bad = up(2, 5, 1)  # not bytes

@@ -41,6 +41,11 @@ log = logging.getLogger(__name__)
 
 PoisonPolicy = Literal["dead-letter", "stop"]
 DISCOVERY_INTERVAL = 5.0  # seconds between looks for new table topics
+# Seconds between the consumer group's commits when the sink keeps its own offsets: those
+# commits only inform (tools listing groups), and every commit is a write the broker must make
+# durable (the embedded broker saves everything it holds after one: a core's worth of CPU at a
+# commit per batch during a rebuild).
+INFORMATIVE_COMMIT_INTERVAL = 30.0
 
 
 class PoisonMessage(BottlerError):
@@ -100,7 +105,8 @@ class Materializer:
         self.live_batch_timeout = live_batch_timeout
         self._keeping_up = False  # the last batch was not full
         self._sink_keeps_offsets = False
-        self._pending_commit: dict[TopicPartition, int] = {}  # committed asynchronously
+        self._pending_commit: dict[TopicPartition, int] = {}  # not committed to the group yet
+        self._next_informative_commit = 0.0
         self.watermark_interval = watermark_interval
         self.name = name or group_id
         self.prefix = prefix
@@ -206,16 +212,8 @@ class Materializer:
         if self._producer is not None:
             self._producer.flush(10)
             self._producer = None
-        if self._consumer is not None and self._pending_commit:
-            pending = [KafkaTopicPartition(t, p, o) for (t, p), o in self._pending_commit.items()
-                       if (t, p) in self._assigned]
-            self._pending_commit.clear()
-            if pending:
-                try:
-                    self._consumer.commit(offsets=pending, asynchronous=False)
-                except KafkaException as exc:
-                    log.warning("%s: committing consumer offsets failed: %s", self.name, exc)
         if self._consumer is not None:
+            self._commit_pending(asynchronous=False)
             try:
                 self._consumer.close()
             finally:
@@ -418,27 +416,35 @@ class Materializer:
                     raise  # not a change of this batch: a bug of the sink
                 self._poison(sources[id(exc.change)], exc.reason, "RejectedChange")
                 del remaining[index]
-        assigned = [
-            KafkaTopicPartition(t, p, o) for (t, p), o in offsets.items()
-            if (t, p) in self._assigned
-        ]
-        if assigned:
-            # A sink that keeps offsets with its data restarts from those: the group's commit
-            # is then informative and need not hold up the next batch (a round trip to the
-            # broker); the last one is made synchronously when the consumer closes.
-            keeps = self._sink_keeps_offsets
-            try:
-                self._consumer.commit(offsets=assigned, asynchronous=keeps)
-            except KafkaException as exc:  # the data and (where kept) offsets are durable
-                log.warning("%s: committing consumer offsets failed: %s", self.name, exc)
-            if keeps:
-                self._pending_commit.update(offsets)
+        if self._sink_keeps_offsets:
+            # The sink restarts from its own offsets: the group's commit is informative, made
+            # now and then and at close, never holding up a batch.
+            self._pending_commit.update(offsets)
+            if time.monotonic() >= self._next_informative_commit:
+                self._commit_pending(asynchronous=True)
+        else:
+            self._commit(offsets, asynchronous=False)
         metrics.BATCHES.labels(self.name).inc()
         counts: dict[str, int] = {}
         for change in remaining:
             counts[change.op] = counts.get(change.op, 0) + 1
         for op, n in counts.items():
             metrics.CHANGES.labels(self.name, op).inc(n)
+
+    def _commit_pending(self, asynchronous: bool) -> None:
+        pending, self._pending_commit = self._pending_commit, {}
+        self._next_informative_commit = time.monotonic() + INFORMATIVE_COMMIT_INTERVAL
+        self._commit(pending, asynchronous)
+
+    def _commit(self, offsets: Offsets, asynchronous: bool) -> None:
+        assigned = [KafkaTopicPartition(t, p, o) for (t, p), o in offsets.items()
+                    if (t, p) in self._assigned]
+        if not assigned:
+            return
+        try:
+            self._consumer.commit(offsets=assigned, asynchronous=asynchronous)
+        except KafkaException as exc:  # the data and (where kept) offsets are durable
+            log.warning("%s: committing consumer offsets failed: %s", self.name, exc)
 
     # -- poison messages ----------------------------------------------------------------
 

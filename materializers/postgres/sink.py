@@ -7,9 +7,11 @@ commits it. A crash anywhere before the commit leaves the target as it was, and 
 resumes from the offsets stored with the data: nothing is applied twice or skipped.
 
 Per batch, the changes are cut into segments at every truncate and at every new schema version of
-a table; per segment and table, the last change of each key wins, the rows are COPYed into a
-temporary staging table, then one ``INSERT … SELECT … ON CONFLICT (pk) DO UPDATE`` and one
-``DELETE … USING`` apply them. Unkeyed tables: every upsert is COPYed straight in (an insert).
+a table; per segment and table, the last change of each key wins. New rows are COPYed straight
+into the table when none of their keys is there yet (a rebuild, a stream of inserts); otherwise
+the rows are COPYed into a temporary staging table, then one ``INSERT … SELECT … ON CONFLICT
+(pk) DO UPDATE`` and one ``DELETE … USING`` apply them. Unkeyed tables: every upsert is COPYed
+straight in (an insert).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ OFFSETS_DDL = [
     " primary key (group_id, topic, partition))",
 ]
 _OP = "__bottler_delete"
+DIRECT_WAIT_MAX = 64  # at most this many segments of a table staged between two direct COPYs
 
 
 @dataclass
@@ -64,6 +67,8 @@ class _Table:
     shape: TableShape
     schema_id: int | None = None  # the value schema the shape was built from (None: catalog)
     fields: list[tuple[str, str, Converter]] = field(default_factory=list)  # (field, col, conv)
+    direct_from: int = 0  # the sink's segment count from which new rows are COPYed straight in
+    direct_wait: int = 1  # segments staged after the last failed attempt, doubled per failure
 
     @property
     def keyed(self) -> bool:
@@ -86,18 +91,21 @@ class PostgresSink:
     """Writes changes into ``target_dsn``; offsets are kept in ``bottler.offsets`` under
     ``group_id`` (the materializer's consumer group), in the same transaction as the rows.
 
-    Counters: ``rows_written`` (rows COPYed), ``flushes``.
+    Counters: ``rows_written`` (rows COPYed), ``rows_staged`` (of them, through a staging
+    table), ``flushes``.
     """
 
     def __init__(self, target_dsn: str, group_id: str):
         self.target_dsn = target_dsn
         self.group_id = group_id
         self.rows_written = 0
+        self.rows_staged = 0
         self.flushes = 0
         self._conn = connect(target_dsn)
         self._tables: dict[TableId, _Table] = {}
         self._builtin: dict[str, bool] = {}
         self._stage = 0
+        self._segments = 0  # keyed segments applied, the clock of the direct COPY's back-off
         self._setup()
 
     # -- the Sink protocol ---------------------------------------------------------------
@@ -188,7 +196,39 @@ class PostgresSink:
             return
         if not table.keyed:
             raise RuntimeError(f"{table.id}: keyed changes for a table without a primary key")
-        has_upserts = any(c.op == "upsert" for c in segment.rows.values())
+        self._segments += 1
+        changes = list(segment.rows.values())
+        if self._segments >= table.direct_from:
+            upserts = [c for c in changes if c.op == "upsert"]
+            if upserts and self._copy_new_rows(table, upserts):
+                changes = [c for c in changes if c.op != "upsert"]
+                if not changes:
+                    return
+        self._stage_and_merge(table, changes)
+
+    def _copy_new_rows(self, table: _Table, upserts: list[Change]) -> bool:
+        """COPY upserts straight into the target table, as raw COPY does: half the server's
+        work of staging and merging them. Only right if none of their keys is there yet, which
+        the primary key checks: on a conflict, everything this COPY did is rolled back (False),
+        and the table's next segments are staged for a while, so a stream of updates does not
+        pay for a failed COPY per batch. A rebuild from zero and a stream of inserts take it."""
+        conn = self._conn
+        conn.execute("savepoint bottler_new_rows")
+        try:
+            self._copy_rows(table, qualified(table.id), upserts, delete_flag=False)
+        except psycopg.errors.UniqueViolation:
+            conn.execute("rollback to savepoint bottler_new_rows")
+            table.direct_wait = min(2 * table.direct_wait, DIRECT_WAIT_MAX)
+            table.direct_from = self._segments + table.direct_wait
+            return False
+        conn.execute("release savepoint bottler_new_rows")
+        table.direct_wait = 1
+        return True
+
+    def _stage_and_merge(self, table: _Table, changes: list[Change]) -> None:
+        """COPY the segment's last change per key into a staging table, then delete and
+        upsert from it in one statement each."""
+        has_upserts = any(c.op == "upsert" for c in changes)
         columns = [col for _, col, _ in table.fields] if has_upserts else list(table.shape.key)
         self._stage += 1
         stage = quote(f"_bottler_stage_{self._stage}")
@@ -198,11 +238,12 @@ class PostgresSink:
         conn.execute(f"create temp table {stage} on commit drop as"
                      f" select {cols} from {target} with no data")
         conn.execute(f"alter table {stage} add column {_OP} boolean not null")
-        self._copy_rows(table, stage, list(segment.rows.values()), delete_flag=True,
+        self._copy_rows(table, stage, changes, delete_flag=True,
                         only=None if has_upserts else table.shape.key)
+        self.rows_staged += len(changes)
         key = table.shape.key
         match = " and ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
-        if any(c.op == "delete" for c in segment.rows.values()):
+        if any(c.op == "delete" for c in changes):
             conn.execute(f"delete from {target} t using {stage} s where s.{_OP} and {match}")
         if has_upserts:
             rest = [c for c in columns if c not in key]

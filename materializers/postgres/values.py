@@ -205,21 +205,32 @@ def _clock(micros: int) -> str:
     return f"{text}.{frac:06d}" if frac else text
 
 
+def _second(seconds: int, suffix: str) -> tuple[str, str]:
+    """(``YYYY-MM-DD HH:MM:SS``, what follows the fraction: zone and era) of a whole second."""
+    if _MIN_FAST <= seconds * 1_000_000 < _MAX_FAST:
+        return (_EPOCH + timedelta(seconds=seconds)).isoformat(" "), suffix
+    days, rest = divmod(seconds, 86_400)
+    ymd, era = _ymd(*civil_from_days(days))
+    return f"{ymd} {_clock(rest * 1_000_000)}", suffix + era
+
+
 def _timestamp(tz: bool) -> Converter:
     suffix = "+00" if tz else ""
-    epoch = _EPOCH
+    seconds_text: dict[int, tuple[str, str]] = {}  # rows share seconds: format each once
 
     def convert(micros: int) -> str:
-        if _MIN_FAST <= micros < _MAX_FAST:
-            text = (epoch + timedelta(microseconds=micros)).isoformat(" ")
-            return text + suffix
         if micros == TS_POS_INFINITY:
             return "infinity"
         if micros == TS_NEG_INFINITY:
             return "-infinity"
-        days, rest = divmod(micros, _DAY_MICROS)
-        ymd, era = _ymd(*civil_from_days(days))
-        return f"{ymd} {_clock(rest)}{suffix}{era}"
+        seconds, frac = divmod(micros, 1_000_000)
+        found = seconds_text.get(seconds)
+        if found is None:
+            if len(seconds_text) >= 100_000:
+                seconds_text.clear()
+            found = seconds_text[seconds] = _second(seconds, suffix)
+        head, tail = found
+        return f"{head}.{frac:06d}{tail}" if frac else head + tail
 
     return convert
 

@@ -93,16 +93,16 @@ def _pct(sorted_values: list[float], p: float) -> float:
 
 # -- the writer -------------------------------------------------------------------------------
 
-def write(dsn: str, table: str, first_id: int, total: int, rate: float):
-    """Commit ``total`` rows at ``rate``/s; return {id: (wall clock before its round trip,
-    after it)}, the start and the end (monotonic)."""
+def write(dsn: str, table: str, first_id: int, total: int, rate: float, per_commit: int = 1):
+    """Commit ``total`` rows at ``rate`` rows/s, ``per_commit`` rows per transaction; return
+    {id: (wall clock before its round trip, after it)}, the start and the end (monotonic)."""
     committed: dict[int, tuple[float, float]] = {}
     errors: list[BaseException] = []
     start = time.monotonic() + 0.2  # all writers start together
     ids = list(range(first_id, first_id + total))
     threads = [
         threading.Thread(target=_writer, args=(
-            dsn, table, ids[w::WRITERS], rate / WRITERS, start, committed, errors))
+            dsn, table, ids[w::WRITERS], rate / WRITERS, per_commit, start, committed, errors))
         for w in range(WRITERS)
     ]
     for t in threads:
@@ -114,13 +114,12 @@ def write(dsn: str, table: str, first_id: int, total: int, rate: float):
     return committed, start, time.monotonic()
 
 
-def _writer(dsn, table, ids, rate, start, committed, errors) -> None:
-    stmt = sql.SQL(
-        "begin; insert into {} values ({{0}}, md5('{{0}}'), md5('{{1}}'), now()); commit;"
-    ).format(sql.Identifier(table))
+def _writer(dsn, table, ids, rate, per_commit, start, committed, errors) -> None:
+    insert = sql.SQL("insert into {} values ").format(sql.Identifier(table))
+    row = "({0}, md5('{0}'), md5('{1}'), now())"
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            template = stmt.as_string(conn)
+            head = "begin; " + insert.as_string(conn)
             sent = 0
             while sent < len(ids):
                 now = time.monotonic()
@@ -128,8 +127,12 @@ def _writer(dsn, table, ids, rate, start, committed, errors) -> None:
                 if due <= 0:
                     time.sleep(min(TICK, start + (sent + 1) / rate - now))
                     continue
-                batch = ids[sent:sent + min(due, MAX_BATCH)]
-                query = "".join(template.format(i, i * 2) for i in batch).encode()
+                batch = ids[sent:sent + min(max(due, per_commit), MAX_BATCH * per_commit)]
+                query = "".join(
+                    head + ", ".join(row.format(i, i * 2) for i in batch[t:t + per_commit])
+                    + "; commit;"
+                    for t in range(0, len(batch), per_commit)
+                ).encode()
                 before = time.time()
                 conn.execute(query)
                 after = time.time()
