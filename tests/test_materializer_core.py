@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from decimal import Decimal
 
@@ -209,6 +210,55 @@ def test_failed_flush_aborts_the_commit_and_the_next_run_reapplies(stack):
     topic.materializer(sink, group=materializer.group_id).run_until_caught_up(timeout=60)
     assert ids(sink) == {i: f"v{i}" for i in range(10)}
     assert committed(stack, materializer.group_id, topic.name) == 10
+
+
+def test_a_batch_is_applied_while_the_next_is_read_one_sink_call_at_a_time(stack):
+    class SlowSink(MemorySink):
+        """Flushes take a while; refuses a call while another is running; fails flush 3."""
+
+        def __init__(self, fail_at=None):
+            super().__init__()
+            self.fail_at = fail_at
+            self.batches = 0
+            self.threads = set()
+            self.busy = threading.Lock()
+
+        def write(self, changes, offsets):
+            assert self.busy.acquire(blocking=False), "two sink calls at once"
+            try:
+                self.batches += 1
+                self.threads.add(threading.current_thread().name)
+                super().write(changes, offsets)
+            finally:
+                self.busy.release()
+
+        def flush(self):
+            assert self.busy.acquire(blocking=False), "two sink calls at once"
+            try:
+                time.sleep(0.05)
+                if self.batches == self.fail_at:
+                    raise OSError("disk full")
+                super().flush()
+            finally:
+                self.busy.release()
+
+    topic = Topic(stack)
+    for i in range(40):
+        topic.put(i, f"v{i}")
+    sink = SlowSink(fail_at=3)
+    materializer = topic.materializer(sink, batch_size=5)  # full batches: behind, overlapped
+    with pytest.raises(OSError, match="disk full"):
+        materializer.run_until_caught_up(timeout=60)
+    assert sink.batches == 3  # the batch read meanwhile was never written
+    assert sink.offsets == {(topic.name, 0): 10} and set(ids(sink)) == set(range(10))
+    assert any(name.startswith(materializer.name + "-apply") for name in sink.threads)
+
+    again = SlowSink()
+    again.offsets, again.tables = sink.offsets, sink.tables  # the durable state
+    topic.materializer(again, group=materializer.group_id, batch_size=5).run_until_caught_up(
+        timeout=60)
+    assert ids(again) == {i: f"v{i}" for i in range(40)}
+    assert again.offsets[(topic.name, 0)] == 40
 
 
 def test_truncate_barrier_whichever_is_read_first(stack):

@@ -5,7 +5,10 @@ caught up and while batches are not full, within ``live_batch_timeout``, so that
 for its batch at most that long),
 decode them, ``sink.write(changes, offsets)``, ``sink.flush()``, and only then commit the
 consumer offsets. A failed write or flush raises out of :meth:`Materializer.run` with nothing
-committed: the next run replays the batch (sinks are idempotent).
+committed: the next run replays the batch (sinks are idempotent). While behind (full batches),
+a batch is written and flushed in a thread of its own while the next one is consumed and
+decoded: the target's time (a database executing the COPY, a cluster indexing) overlaps ours.
+The sink is still called for one thing at a time, in order; lag counts a batch only once flushed.
 
 Truncates are barriers. A truncate event names a table topic and that topic's end offset per
 partition at the truncate; every message of the topic before those offsets is void. When the
@@ -23,13 +26,16 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Literal
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
+from bottler import gctune
 from bottler.errors import BottlerError
+from bottler.kafka import BACKLOG_READER
 from materializers.core import dead_letters, metrics
 from materializers.core.changes import Change, TableId, TopicPartition, table_of
 from materializers.core.decode import DecodeError, Decoder, truncate_event
@@ -125,6 +131,7 @@ class Materializer:
             # when a fetch comes back empty: a caught-up reader otherwise keeps a core busy.
             "queued.min.messages": 2 * batch_size,
             "fetch.queue.backoff.ms": 20,
+            **BACKLOG_READER,
             **(consumer_config or {}),
         }
         self.decoder = Decoder(registry)
@@ -133,6 +140,10 @@ class Materializer:
         self.progress = sys.stderr.isatty() if progress is None else progress
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
+        self._producer_lock = threading.Lock()  # dead letters come from both threads
+        self._background: ThreadPoolExecutor | None = None
+        self._gave_back = False  # memory given back since caught up (once per run)
+        self._applying: tuple[Future, Offsets] | None = None  # the batch being applied
         self._dead_letter_errors: list[str] = []
         self._position: dict[TopicPartition, int] = {}
         self._assigned: set[TopicPartition] = set()
@@ -160,6 +171,7 @@ class Materializer:
         try:
             while stop_event is None or not stop_event.is_set():
                 self.step()
+            self._settle()
         finally:
             self._close()
 
@@ -173,6 +185,7 @@ class Materializer:
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"not caught up after {timeout}s: lag {self.lag()}")
                 self.step()
+            self._settle()
         finally:
             self._close()
 
@@ -182,6 +195,8 @@ class Materializer:
         self.tracker.revoke(self.tracker.partitions)  # lag() keeps its last value until here
         self.caught_up.clear()
         self._consumer = Consumer(self._consumer_config)
+        self._background = ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}-apply")
+        self._gave_back = False
         self._next_discovery = 0.0
         self._discover()
 
@@ -206,6 +221,14 @@ class Materializer:
             self._on_assign(self._consumer, new)
 
     def _close(self) -> None:
+        if self._applying is not None:  # stopping on an error: the batch's own is secondary
+            try:
+                self._settle()
+            except Exception as exc:  # noqa: BLE001 - the batch is replayed by the next run
+                log.warning("%s: the batch being applied failed too: %s", self.name, exc)
+        if self._background is not None:
+            self._background.shutdown()
+            self._background = None
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
@@ -226,6 +249,7 @@ class Materializer:
             if tp.topic == self.truncate_topic or self.is_table_topic(tp.topic)
         ]
         keys = [(tp.topic, tp.partition) for tp in wanted]
+        self._settle()  # the sink is called for one thing at a time
         stored = self.sink.stored_offsets(keys) if keys else {}
         if stored is None:
             committed = consumer.committed(wanted, timeout=30) if wanted else []
@@ -245,7 +269,8 @@ class Materializer:
                  " (rebuilding from offset 0)" if self._rebuilding else "")
 
     def step(self) -> None:
-        """One batch: consume, decode, write, flush, commit; then refresh lag."""
+        """One batch: consume and decode it (while the previous one is still being applied),
+        then write, flush and commit it; then refresh lag."""
         assert self._consumer is not None, "run() opens the consumer"
         timeout = self.batch_timeout
         if self._keeping_up and self.caught_up.is_set():
@@ -253,14 +278,34 @@ class Materializer:
         self._discover()
         messages = self._consumer.consume(self.batch_size, timeout)
         self._keeping_up = len(messages) < self.batch_size
-        self._process(messages)
-        if self._keeping_up:
+        batch = self._collect(messages)
+        self._settle()
+        if batch is not None:
+            self._applying = (self._background.submit(self._apply, *batch), batch[1])
+        if self._keeping_up:  # not behind: nothing to overlap, and the markers need it applied
+            self._settle()
             self._past_markers()
-        self._refresh_watermarks(force=len(messages) < self.batch_size)
+        self._refresh_watermarks(force=self._keeping_up)
         self.tracker.check()
+        if not self._gave_back and self.caught_up.is_set():
+            self._gave_back = True
+            gctune.give_back()  # the backlog's fetch buffers, freed by now
         self._show_progress()
 
-    def _process(self, messages: list[Message]) -> None:
+    def _settle(self) -> None:
+        """Wait for the batch being applied: raise its failure, or count its offsets as done."""
+        if self._applying is None:
+            return
+        future, offsets = self._applying
+        self._applying = None
+        future.result()
+        for tp, offset in offsets.items():
+            self.tracker.advance(tp, offset)
+
+    def _collect(self, messages: list[Message]
+                 ) -> tuple[list[Change], Offsets, dict[int, Message]] | None:
+        """(changes, offsets, their messages by change id) of a batch of messages, None if it
+        moves no partition; the positions are ours from here on."""
         changes: list[Change] = []
         sources: dict[int, Message] = {}  # id(change) -> its message, for dead letters
         moved: dict[TopicPartition, int] = {}  # positions this batch brings partitions to
@@ -291,11 +336,9 @@ class Materializer:
                 changes.append(change)
                 sources[id(change)] = msg
         if not moved:
-            return
-        self._apply(changes, moved, sources)
-        for tp, offset in moved.items():
-            self._position[tp] = offset
-            self.tracker.advance(tp, offset)
+            return None
+        self._position.update(moved)
+        return changes, moved, sources
 
     def _past_markers(self) -> None:
         """A transactional producer's commit markers take offsets that are never delivered (a
@@ -453,10 +496,11 @@ class Materializer:
             raise PoisonMessage(msg.topic(), msg.partition(), msg.offset(), reason)
         log.warning("%s: %s[%d]@%d to %s: %s", self.name, msg.topic(), msg.partition(),
                     msg.offset(), self.dead_letter_topic, reason)
-        if self._producer is None:
-            dead_letters.ensure_topic(self.bootstrap, self.dead_letter_topic)
-            self._producer = Producer({"bootstrap.servers": self.bootstrap,
-                                       "enable.idempotence": True})
+        with self._producer_lock:
+            if self._producer is None:
+                dead_letters.ensure_topic(self.bootstrap, self.dead_letter_topic)
+                self._producer = Producer({"bootstrap.servers": self.bootstrap,
+                                           "enable.idempotence": True})
         headers = dead_letters.headers(msg.topic(), msg.partition(), msg.offset(), reason, error,
                                        self.name)
         self._producer.produce(self.dead_letter_topic, key=msg.key(), value=msg.value(),
@@ -491,6 +535,7 @@ class Materializer:
         now = time.monotonic()
         if now < self._next_watermarks and not (force and not self.caught_up.is_set()):
             return
+        self._settle()  # a lost log end is judged against what was applied
         for topic, partition in self.tracker.partitions:
             try:
                 low, high = self._consumer.get_watermark_offsets(

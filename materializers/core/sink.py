@@ -25,7 +25,8 @@ class RejectedChange(Exception):  # noqa: N818 - the name says what happened
 
 @runtime_checkable
 class Sink(Protocol):
-    """A target the consumer loop writes to. The loop calls, in one thread::
+    """A target the consumer loop writes to. The loop calls, one call at a time and in this
+    order (``write`` and ``flush`` from a thread of its own while it reads the next batch)::
 
         stored_offsets(partitions)             # at every partition assignment
         write(changes, offsets); flush()       # per batch; then it commits the consumer offsets

@@ -32,6 +32,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bottler.errors import BottlerError
+from bottler.kafka import BACKLOG_READER
 from materializers.core import dead_letters
 from materializers.core import metrics as core_metrics
 from materializers.core.changes import TopicPartition, table_of
@@ -110,6 +111,7 @@ class TranslatorRunner:
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "enable.partition.eof": False,
+            **BACKLOG_READER,
             **(consumer_config or {}),
         }
         self._producer_config = {

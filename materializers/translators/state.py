@@ -24,6 +24,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from bottler.errors import BottlerError
+from bottler.kafka import BACKLOG_READER
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ class KeyedState:
         consumer = Consumer({
             "bootstrap.servers": bootstrap, "group.id": f"bottler-restore-{uuid.uuid4().hex}",
             "isolation.level": "read_committed", "enable.auto.commit": False,
-            "enable.partition.eof": True,
+            "enable.partition.eof": True, **BACKLOG_READER,
         })
         read = 0
         try:

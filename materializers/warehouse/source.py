@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from bottler.kafka import BACKLOG_READER
 from materializers.core.decode import DecodeError, Decoder
 
 NAME = "bottler_kafka"
@@ -51,7 +52,7 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int,
         return
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bottler-warehouse-ranges",
                          "enable.auto.commit": False, "enable.partition.eof": True,
-                         "fetch.max.bytes": 64 << 20})
+                         "fetch.max.bytes": 64 << 20, **BACKLOG_READER})
     try:
         consumer.assign([KafkaTopicPartition(topic, partition, start)])
         last = time.monotonic()
