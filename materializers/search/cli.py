@@ -8,19 +8,19 @@ from pathlib import Path
 
 import typer
 
+from bottler import options
 from bottler.errors import BottlerError
 
 INDEX_HELP = "The alias searches use; bottler writes its physical indices NAME-1, NAME-2…"
 
 
-def _options(broker, schema_registry, topic_prefix, topics, mapping, transform, on_poison,
-             batch_size):
+def _reader_options(broker, schema_registry, topic_prefix, topics, mapping, transform,
+                    on_poison, batch_size):
     from materializers.search.documents import load_transform
     from materializers.search.indices import load_definition
     from materializers.search.reader import ReaderOptions
 
-    if on_poison not in ("dead-letter", "stop"):
-        raise BottlerError(f"--on-poison must be dead-letter or stop, not {on_poison!r}")
+    options.poison_policy(on_poison)
     return ReaderOptions(
         bootstrap=broker, registry=schema_registry, prefix=topic_prefix, topics=topics or None,
         on_poison=on_poison, batch_size=batch_size, definition=load_definition(mapping),
@@ -28,55 +28,41 @@ def _options(broker, schema_registry, topic_prefix, topics, mapping, transform, 
     )
 
 
-Broker = typer.Option("localhost:9092", "--broker", "-b", envvar="BOTTLER_KAFKA",
-                      help="Kafka bootstrap servers [env: BOTTLER_KAFKA]")
-Registry = typer.Option("http://localhost:8081", "--schema-registry", "-r",
-                        envvar="BOTTLER_REGISTRY",
-                        help="Schema registry URL [env: BOTTLER_REGISTRY]")
 Search = typer.Option("http://localhost:9200", "--search", "-s", envvar="BOTTLER_SEARCH",
                       help="Elasticsearch or OpenSearch URL (http://user:password@host:9200) "
                       "[env: BOTTLER_SEARCH]")
-Prefix = typer.Option("", "--topic-prefix", "-p", envvar="BOTTLER_TOPIC_PREFIX",
-                      help="The capture's --topic-prefix.")
-Topics = typer.Option(None, "--topic", "--topics",
-                      help="Table topic to index (repeatable) [default: every topic under the "
-                      "prefix]")
 Mapping = typer.Option(None, "--mapping", help="JSON file: settings and field mappings that "
                        "override the ones derived from the Avro schemas.")
 TransformOpt = typer.Option(None, "--transform",
                             help="module:function(doc, change) returning the document to "
                             "index (or None to leave the row out).")
-OnPoison = typer.Option("dead-letter", "--on-poison", help="dead-letter (default) or stop")
-BatchSize = typer.Option(5000, "--batch-size", help="Messages per batch.")
+OnPoison = options.on_poison()
+BatchSize = options.batch_size()
 
 
 def materialize_search(
     index: str = typer.Option(..., "--index", "-i", help=INDEX_HELP, show_default=False),
-    broker: str = Broker,
-    schema_registry: str = Registry,
+    broker: str = options.Broker,
+    schema_registry: str = options.SchemaRegistry,
     search: str = Search,
-    topic_prefix: str = Prefix,
-    topics: list[str] | None = Topics,
+    topic_prefix: str = options.TopicPrefix,
+    topics: list[str] | None = options.TopicsToIndex,
     mapping: Path | None = Mapping,
     transform: str | None = TransformOpt,
     on_poison: str = OnPoison,
     batch_size: int = BatchSize,
-    once: bool = typer.Option(False, "--once", help="Stop once caught up."),
-    metrics_port: int | None = typer.Option(None, "--metrics-port",
-                                            help="Serve Prometheus metrics on this port."),
+    once: bool = options.once(),
+    metrics_port: int | None = options.MetricsPort,
 ) -> None:
     """Keep a search index current from the table topics (one document per row); follows the
     alias when `bottler reindex` moves it to a rebuilt index."""
     from materializers.search.client import SearchClient
     from materializers.search.reader import LiveReader
 
-    options = _options(broker, schema_registry, topic_prefix, topics, mapping, transform,
-                       on_poison, batch_size)
-    if metrics_port:
-        from prometheus_client import start_http_server
-
-        start_http_server(metrics_port)
-    reader = LiveReader(SearchClient(search), index, options)
+    reader_options = _reader_options(broker, schema_registry, topic_prefix, topics, mapping,
+                                     transform, on_poison, batch_size)
+    options.serve_metrics(metrics_port)
+    reader = LiveReader(SearchClient(search), index, reader_options)
     if once:
         reader.run_until_caught_up()
         return
@@ -91,11 +77,11 @@ def reindex(
     show_status: bool = typer.Option(False, "--status",
                                      help="Show which physical index serves the alias and the "
                                      "lag of each, and exit."),
-    broker: str = Broker,
-    schema_registry: str = Registry,
+    broker: str = options.Broker,
+    schema_registry: str = options.SchemaRegistry,
     search: str = Search,
-    topic_prefix: str = Prefix,
-    topics: list[str] | None = Topics,
+    topic_prefix: str = options.TopicPrefix,
+    topics: list[str] | None = options.TopicsToIndex,
     mapping: Path | None = Mapping,
     transform: str | None = TransformOpt,
     on_poison: str = OnPoison,
@@ -126,10 +112,10 @@ def reindex(
     if show_status:
         _print_status(console, client, name, broker)
         return
-    options = _options(broker, schema_registry, topic_prefix, topics, mapping, transform,
-                       on_poison, batch_size)
-    run_reindex(client, name, options, max_lag=max_lag, retention=retention, keep_old=keep_old,
-                handover_timeout=handover_timeout, timeout=timeout,
+    reader_options = _reader_options(broker, schema_registry, topic_prefix, topics, mapping,
+                                     transform, on_poison, batch_size)
+    run_reindex(client, name, reader_options, max_lag=max_lag, retention=retention,
+                keep_old=keep_old, handover_timeout=handover_timeout, timeout=timeout,
                 say=lambda line: console.print(line, highlight=False))
 
 

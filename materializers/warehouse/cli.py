@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 
+from bottler import options
 from bottler.errors import BottlerError
 
 warehouse_app = typer.Typer(no_args_is_help=True, help="Maintain the Delta warehouse tables.")
@@ -21,36 +22,25 @@ PATH = typer.Option(..., "--path", envvar="BOTTLER_WAREHOUSE_PATH",
 
 def materialize_warehouse(
     path: Path = PATH,
-    broker: str = typer.Option("localhost:9092", "--broker", "-b", envvar="BOTTLER_KAFKA",
-                               help="Kafka bootstrap servers [env: BOTTLER_KAFKA]"),
-    schema_registry: str = typer.Option(
-        "http://localhost:8081", "--schema-registry", "-r", envvar="BOTTLER_REGISTRY",
-        help="Schema registry URL [env: BOTTLER_REGISTRY]"),
-    topic_prefix: str = typer.Option("", "--topic-prefix", "-p", envvar="BOTTLER_TOPIC_PREFIX",
-                                     help="The capture's --topic-prefix."),
-    topics: list[str] | None = typer.Option(None, "--topic", "--topics",
-                                            help="Table topic to read (repeatable) "
-                                            "[default: every topic under the prefix]"),
-    on_poison: str = typer.Option("dead-letter", "--on-poison",
-                                  help="dead-letter (default) or stop"),
-    once: bool = typer.Option(False, "--once",
-                              help="Catch up to the current high watermarks, then exit."),
+    broker: str = options.Broker,
+    schema_registry: str = options.SchemaRegistry,
+    topic_prefix: str = options.TopicPrefix,
+    topics: list[str] | None = options.Topics,
+    on_poison: str = options.on_poison(),
+    once: bool = options.once("Catch up to the current high watermarks, then exit."),
     master: str = typer.Option("local[2]", "--master", envvar="BOTTLER_SPARK_MASTER",
                                help="Spark master [env: BOTTLER_SPARK_MASTER]"),
     max_messages: int = typer.Option(1_000_000, "--max-messages",
                                      help="Offsets per partition per micro-batch, at most."),
     interval: float = typer.Option(1.0, "--interval",
                                    help="Seconds between micro-batches when idle."),
-    metrics_port: int | None = typer.Option(None, "--metrics-port",
-                                            help="Serve Prometheus metrics on this port."),
+    metrics_port: int | None = options.MetricsPort,
 ) -> None:
     """Merge the table topics into Delta Lake tables with PySpark."""
     from materializers.warehouse.job import WarehouseJob, spark_session
 
-    if metrics_port:
-        from prometheus_client import start_http_server
-
-        start_http_server(metrics_port)
+    options.poison_policy(on_poison)  # before Spark takes its seconds to start
+    options.serve_metrics(metrics_port)
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
     spark = spark_session(master)

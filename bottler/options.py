@@ -1,0 +1,68 @@
+"""The command-line options the materializers share (`bottler materialize postgres|search|
+warehouse`, `bottler reindex`, `bottler translate`), each written once so that a flag reads the
+same environment variable, has the same default and says the same thing in every command.
+
+Constants are typer defaults to use as they are; the functions make the options whose default or
+help legitimately differ between commands. `poison_policy` and `serve_metrics` are what the
+commands do with two of them."""
+
+from __future__ import annotations
+
+import typer
+
+from bottler.errors import BottlerError
+
+Broker = typer.Option("localhost:9092", "--broker", "-b", envvar="BOTTLER_KAFKA",
+                      help="Kafka bootstrap servers [env: BOTTLER_KAFKA]")
+SchemaRegistry = typer.Option("http://localhost:8081", "--schema-registry", "-r",
+                              envvar="BOTTLER_REGISTRY",
+                              help="Schema registry URL [env: BOTTLER_REGISTRY]")
+TopicPrefix = typer.Option("", "--topic-prefix", "-p", envvar="BOTTLER_TOPIC_PREFIX",
+                           help="The capture's --topic-prefix.")
+MetricsPort = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on this port.")
+
+POISON_POLICIES = ("dead-letter", "stop")
+
+
+def _topics(verb: str):
+    return typer.Option(None, "--topic", "--topics",
+                        help=f"Table topic to {verb} (repeatable) "
+                        "[default: every topic under the prefix]")
+
+
+# constants, not calls in the signatures: a list default is what bugbear (B008) objects to
+Topics = _topics("read")
+TopicsToIndex = _topics("index")
+
+
+def group_id(default: str | None, help: str):
+    return typer.Option(default, "--group-id", "-g", help=help)
+
+
+def on_poison(detail: str = ""):
+    """`--on-poison`; `detail` says what counts as poison for the command, when it is worth it."""
+    return typer.Option("dead-letter", "--on-poison",
+                        help="dead-letter (default) or stop" + (f": {detail}" if detail else ""))
+
+
+def batch_size(default: int = 5000, help: str = "Messages per batch."):
+    return typer.Option(default, "--batch-size", help=help)
+
+
+def once(help: str = "Stop once caught up."):
+    return typer.Option(False, "--once", help=help)
+
+
+def poison_policy(value: str) -> str:
+    """The --on-poison value, checked before anything starts."""
+    if value not in POISON_POLICIES:
+        raise BottlerError(f"--on-poison must be dead-letter or stop, not {value!r}")
+    return value
+
+
+def serve_metrics(port: int | None) -> None:
+    """Serve the process's Prometheus metrics on --metrics-port, if one was given."""
+    if port:
+        from prometheus_client import start_http_server
+
+        start_http_server(port)
