@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import psycopg
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -75,6 +76,59 @@ def read_topic(bootstrap: str, topic: str) -> list:
         return messages
     finally:
         consumer.close()
+
+
+def read_committed(bootstrap: str, topic: str, isolation: str = "read_committed") -> list:
+    """Every message of ``topic`` a consumer of that isolation level sees, up to the end ([] if
+    the topic does not exist). Ends at each partition's end-of-partition event, not at its high
+    watermark: a transaction's commit marker takes an offset no message is delivered at."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex}",
+                         "isolation.level": isolation, "enable.auto.commit": False,
+                         "enable.partition.eof": True})
+    try:
+        meta = consumer.list_topics(timeout=10).topics.get(topic)
+        if meta is None:
+            return []
+        pending = set(meta.partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in pending])
+        messages = []
+        while pending:
+            msg = consumer.poll(30)
+            assert msg is not None, f"{topic}: no end of partition within 30s"
+            if msg.error():
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                pending.discard(msg.partition())
+            else:
+                messages.append(msg)
+        return messages
+    finally:
+        consumer.close()
+
+
+@contextmanager
+def in_thread(run: Callable[[threading.Event], object]) -> Iterator[list[BaseException]]:
+    """``run(stop)`` (a reader's or runner's loop) in a thread for the body of the ``with``.
+    Yields the list its exception lands in, for the test to check while it waits; on exit sets
+    ``stop``, waits for the thread and raises that exception."""
+    stop = threading.Event()
+    failure: list[BaseException] = []
+
+    def target():
+        try:
+            run(stop)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    try:
+        yield failure
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not thread.is_alive()
+    if failure:
+        raise failure[0]
 
 
 class Decoder:

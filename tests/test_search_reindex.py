@@ -17,7 +17,7 @@ from materializers.search import indices
 from materializers.search.client import SearchClient
 from materializers.search.reader import LiveReader, ReaderOptions
 from materializers.search.reindex import reindex, status
-from tests.support import execute, rows, wait_for, wait_streaming
+from tests.support import execute, in_thread, rows, wait_for, wait_streaming
 
 SHOP = """
 create table products (id int primary key, name text not null, price numeric(10,2),
@@ -49,25 +49,8 @@ def options(stack, prefix, **more) -> ReaderOptions:
 def live(client, alias, opts):
     """A LiveReader on ``alias`` running in a thread."""
     reader = LiveReader(client, alias, opts, check_interval=0.3)
-    stop = threading.Event()
-    failure: list[BaseException] = []
-
-    def run():
-        try:
-            reader.run(stop)
-        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
-            failure.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
+    with in_thread(reader.run) as failure:
         yield reader, failure
-    finally:
-        stop.set()
-        thread.join(60)
-    assert not thread.is_alive()
-    if failure:
-        raise failure[0]
 
 
 def served(es: Elasticsearch, alias: str) -> dict[int, tuple]:

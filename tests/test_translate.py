@@ -7,14 +7,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import uuid
 from contextlib import contextmanager
 from decimal import Decimal
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
@@ -28,7 +27,7 @@ from materializers.translators import Event, Output, RowChange, Source, Translat
 from materializers.translators.examples import orders
 from materializers.translators.loading import load
 from materializers.translators.runner import TranslatorRunner
-from tests.support import execute, wait_for, wait_streaming
+from tests.support import execute, in_thread, read_committed, wait_for, wait_streaming
 
 ORDERS = """
 create table orders (
@@ -46,31 +45,6 @@ create table orders (
 
 
 # -- the broker ------------------------------------------------------------------------------
-
-def read_committed(bootstrap: str, topic: str, isolation: str = "read_committed") -> list:
-    """Every message of ``topic`` a consumer of that isolation level sees, up to the end."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex}",
-                         "isolation.level": isolation, "enable.auto.commit": False,
-                         "enable.partition.eof": True})
-    try:
-        meta = consumer.list_topics(timeout=10).topics.get(topic)
-        if meta is None:
-            return []
-        pending = set(meta.partitions)
-        consumer.assign([TopicPartition(topic, p, 0) for p in pending])
-        messages = []
-        while pending:
-            msg = consumer.poll(30)
-            assert msg is not None, f"{topic}: no end of partition within 30s"
-            if msg.error():
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                pending.discard(msg.partition())
-            else:
-                messages.append(msg)
-        return messages
-    finally:
-        consumer.close()
-
 
 def test_the_broker_hides_aborted_transactions_and_commits_offsets_with_them(stack):
     topic, group = f"tx-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
@@ -208,25 +182,8 @@ class Events:
 def running(stack, prefix, translator=orders.translator, **options):
     runner = TranslatorRunner(translator, bootstrap=stack.kafka, registry=stack.registry_url,
                               topic_prefix=prefix, batch_timeout=0.1, **options)
-    stop = threading.Event()
-    failure: list[BaseException] = []
-
-    def run():
-        try:
-            runner.run(stop)
-        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
-            failure.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
+    with in_thread(runner.run) as failure:
         yield runner, failure
-    finally:
-        stop.set()
-        thread.join(60)
-    assert not thread.is_alive()
-    if failure:
-        raise failure[0]
 
 
 LIFECYCLE = [
