@@ -9,10 +9,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from bottler import options
 from bottler.errors import BottlerError
 from bottler.logs import setup_logging
 from bottler.migrate.cli import migrate_app
 from bottler.redact import redact
+from bottler.signals import stop_on_signals
 from bottler.status.cli import status
 from capture import cli as capture_cli
 from materializers.postgres.cli import materialize_postgres
@@ -185,26 +187,16 @@ def demo_load(
     rate: float = typer.Option(5.0, "--rate", help="Transactions per second."),
     duration: float | None = typer.Option(None, "--duration",
                                           help="Seconds to run [default: until stopped]."),
-    metrics_port: int | None = typer.Option(None, "--metrics-port",
-                                            help="Serve Prometheus metrics on this port."),
+    metrics_port: int | None = options.MetricsPort,
 ) -> None:
     """A gentle write load on the demo shop: orders placed, paid, shipped, cancelled; prices
     changed; customers signing up (one business action per transaction)."""
-    import signal
-    import threading
-
     from compose.load import run_load
 
     if rate <= 0:
         raise BottlerError(f"--rate must be positive, not {rate}")
-    if metrics_port:
-        from prometheus_client import start_http_server
-
-        start_http_server(metrics_port)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    done = run_load(dsn, rate, stop, duration)
+    options.serve_metrics(metrics_port)
+    done = run_load(dsn, rate, stop_on_signals(), duration)
     out.print(", ".join(f"{action}: {n}" for action, n in sorted(done.items())) or "nothing done")
 
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import threading
 from pathlib import Path
 
 import typer
@@ -12,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bottler.errors import BottlerError
+from bottler.signals import stop_on_signals
 
 slot_app = typer.Typer(no_args_is_help=True, help="Replication slots of the source database.")
 out = Console()
@@ -93,9 +92,7 @@ def capture(
         transaction_topic=transaction_topic or None,
         replica_identity_full=replica_identity_full or None, config_file=config,
     )
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     run_capture(settings, stop)
 
 

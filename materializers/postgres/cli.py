@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import signal
-import threading
-
 import typer
 
 from bottler import gctune, options
+from bottler.signals import stop_on_signals
 
 
 def materialize_postgres(
@@ -42,9 +40,7 @@ def materialize_postgres(
         if once:
             materializer.run_until_caught_up()
             return
-        stop = threading.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
+        stop = stop_on_signals()
         materializer.run(stop)
     finally:
         sink.close()

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import signal
-import threading
 from pathlib import Path
 
 import typer
 
 from bottler import options
 from bottler.errors import BottlerError
+from bottler.signals import stop_on_signals
 
 INDEX_HELP = "The alias searches use; bottler writes its physical indices NAME-1, NAME-2…"
 
@@ -66,9 +65,7 @@ def materialize_search(
     if once:
         reader.run_until_caught_up()
         return
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     reader.run(stop)
 
 

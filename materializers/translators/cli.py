@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import signal
-import threading
-
 import typer
 from confluent_kafka import KafkaException
 
 from bottler import options
 from bottler.errors import BottlerError
+from bottler.signals import stop_on_signals
 
 
 def translate(
@@ -43,9 +41,7 @@ def translate(
         output_prefix=output_prefix, group_id=group_id, on_poison=on_poison,  # type: ignore[arg-type]
         batch_size=batch_size,
     )
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     try:
         if once:
             runner.run_until_caught_up()

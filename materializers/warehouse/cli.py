@@ -4,14 +4,13 @@ bottler/cli.py)."""
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 from pathlib import Path
 
 import typer
 
 from bottler import options
 from bottler.errors import BottlerError
+from bottler.signals import stop_on_signals
 
 warehouse_app = typer.Typer(no_args_is_help=True, help="Maintain the Delta warehouse tables.")
 
@@ -53,9 +52,7 @@ def materialize_warehouse(
             typer.echo(f"warehouse load done: {total.changes} changes, {total.truncates} "
                        f"truncates, {total.dead_letters} dead letters into {path}")
             return
-        stop = threading.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
+        stop = stop_on_signals()
         job.run(stop, interval)
     finally:
         job.close()
