@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Literal
+from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -38,7 +38,7 @@ from materializers.core import metrics as core_metrics
 from materializers.core.changes import TopicPartition, table_of
 from materializers.core.decode import DecodeError, Decoder
 from materializers.core.lag import LagTracker
-from materializers.core.loop import PoisonMessage
+from materializers.core.loop import PoisonMessage, PoisonPolicy
 from materializers.translators import metrics
 from materializers.translators.api import RowChange, Source, Translator
 from materializers.translators.encoding import EncodeError, EventEncoder
@@ -47,7 +47,6 @@ from schemas.topics import CONTROL, DEAD_LETTER, with_prefix
 
 log = logging.getLogger(__name__)
 
-PoisonPolicy = Literal["dead-letter", "stop"]
 TOPIC_WAIT_LOG_INTERVAL = 30.0  # seconds between "still waiting for the input topics" lines
 
 
