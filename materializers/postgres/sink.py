@@ -68,7 +68,7 @@ class _Table:
     schema_id: int | None = None  # the value schema the shape was built from (None: catalog)
     fields: list[tuple[str, str, Converter]] = field(default_factory=list)  # (field, col, conv)
     direct_from: int = 0  # the sink's segment count from which new rows are COPYed straight in
-    direct_wait: int = 1  # segments staged after the last failed attempt, doubled per failure
+    direct_wait: int = 1  # segments to stage after a failed attempt: 1, 2, 4 … DIRECT_WAIT_MAX
 
     @property
     def keyed(self) -> bool:
@@ -218,8 +218,8 @@ class PostgresSink:
             self._copy_rows(table, qualified(table.id), upserts, delete_flag=False)
         except psycopg.errors.UniqueViolation:
             conn.execute("rollback to savepoint bottler_new_rows")
+            table.direct_from = self._segments + 1 + table.direct_wait
             table.direct_wait = min(2 * table.direct_wait, DIRECT_WAIT_MAX)
-            table.direct_from = self._segments + table.direct_wait
             return False
         conn.execute("release savepoint bottler_new_rows")
         table.direct_wait = 1
