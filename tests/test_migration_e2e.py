@@ -123,7 +123,8 @@ def test_migration_under_load_with_a_killed_replica_verifies_identical(
             raise AssertionError(verify(source, target).stdout) from None
         finally:
             proc.send_signal(signal.SIGTERM)
-            proc.wait(30)
+            status = proc.wait(30)
             log.close()
+    assert status == 0, (tmp_path / "replica.log").read_text()[-3000:]  # a graceful stop
     assert "accounts" in result.stdout and "events" in result.stdout
     assert load.commits > 900
