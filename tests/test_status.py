@@ -102,6 +102,25 @@ def test_status_shows_the_slot_the_topics_and_each_process():
     assert "unavailable: PostgreSQL at postgresql://bottler:***@127.0.0.1:9/shop" in gone.stdout
 
 
+def test_the_demo_load_shows_as_running_with_its_transactions():
+    from prometheus_client import start_http_server
+
+    from compose.load import TRANSACTIONS
+    from compose.procs import free_port
+
+    port = free_port()
+    start_http_server(port, addr="127.0.0.1")  # this process's registry holds the load's counter
+    TRANSACTIONS.labels("place_order").inc(3)
+    out = status("--metrics", f"load=http://127.0.0.1:{port}/metrics")
+    assert out.returncode == 0, out.stdout + out.stderr
+    # the row of its part "load" (this test process exports the capture's gauges too)
+    row = next(r for line in out.stdout.splitlines()
+               if len(r := [c.strip() for c in line.split("│")]) > 4 and r[1] == "load")
+    assert row[:4] == ["load", "load", "running", ""], out.stdout
+    done = re.fullmatch(r"([\d,]+) transactions", row[4])
+    assert done and int(done.group(1).replace(",", "")) >= 3, out.stdout
+
+
 # -- the Grafana dashboard and the Prometheus configuration for Docker users -----------------
 
 def exported_metrics() -> set[str]:

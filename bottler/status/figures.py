@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 REBUILDING = "rebuilding"  # has not reached the end of its topics yet
 CAUGHT_UP = "caught up"  # reached the end once; its lag says how far behind it is now
 STARTING = "starting"  # answers, but has not been assigned its topics yet
+RUNNING = "running"  # the demo load: it has no topics to catch up on
 DOWN = "down"  # the process is not running, or its endpoint does not answer
 
 
@@ -76,6 +77,7 @@ class App:
     error: str | None = None  # why it counts as down
     capture: Capture | None = None
     materializers: list[Materializer] = field(default_factory=list)
+    load_transactions: int | None = None  # the demo load's commits (None: not the load)
 
     @property
     def down(self) -> bool:

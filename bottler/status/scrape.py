@@ -25,7 +25,13 @@ def scrape(name: str, url: str, timeout: float = 3.0) -> App:
     except ValueError as exc:  # not the Prometheus text format
         return App(name, url, error=f"{redact(url)} does not serve metrics: {exc}")
     return App(name, url, capture=_capture(name, samples),
-               materializers=_materializers(name, samples))
+               materializers=_materializers(name, samples),
+               load_transactions=_load_transactions(samples))
+
+
+def _load_transactions(samples) -> int | None:
+    counts = [s.value for s in samples if s.name == "bottler_load_transactions_total"]
+    return int(sum(counts)) if counts else None
 
 
 def _capture(app: str, samples) -> Capture | None:

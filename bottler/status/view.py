@@ -10,10 +10,10 @@ from rich.table import Table
 from rich.text import Text
 
 from bottler.redact import redact
-from bottler.status.figures import CAUGHT_UP, DOWN, REBUILDING, STARTING, Snapshot
+from bottler.status.figures import CAUGHT_UP, DOWN, REBUILDING, RUNNING, STARTING, Snapshot
 
 STATE_STYLE = {CAUGHT_UP: "green", "streaming": "green", REBUILDING: "yellow",
-               "snapshot": "yellow", STARTING: "cyan", DOWN: "bold red"}
+               "snapshot": "yellow", STARTING: "cyan", RUNNING: "green", DOWN: "bold red"}
 
 
 def render(snap: Snapshot) -> RenderableType:
@@ -76,7 +76,10 @@ def _processes(snap: Snapshot) -> RenderableType:
             letters = Text(_count(m.dead_letters), "bold red" if m.dead_letters else "")
             table.add_row(app.name, m.name, _state(m.state), f"{_count(m.total_lag)} messages",
                           f"{_count(m.changes)} changes", letters, url)
-        if not app.capture and not app.materializers:
+        if app.load_transactions is not None:
+            table.add_row(app.name, "load", _state(RUNNING), "",
+                          f"{_count(app.load_transactions)} transactions", "-", url)
+        elif not app.capture and not app.materializers:
             table.add_row(app.name, "-", _state(STARTING), "", "", "", url)
     if not snap.apps:
         table.add_row(Text("none", "dim"), *[""] * 6)
