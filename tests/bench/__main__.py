@@ -18,9 +18,9 @@ from pathlib import Path
 
 from compose.stack import isolated_stack
 from tests.bench import ceilings, data, pyspy
-from tests.bench.kafka import TopicWatch, delete_topics
+from tests.bench.kafka import delete_topics, expect_messages
 from tests.bench.latency import latency
-from tests.bench.procs import CaptureProcess
+from tests.bench.procs import SNAPSHOT_DONE, CaptureProcess, running
 from tests.bench.replica import replica
 from tests.bench.report import (
     Figure,
@@ -191,16 +191,9 @@ def _search(ep, env, table, rows, cpu_roots) -> list[Figure]:
     ])
     topic = f"{SEARCH_PREFIX}.{table}"
     try:
-        capture.start()
-        try:
-            capture.wait_line(r"snapshot: (\d+) rows", timeout=600)
-        finally:
-            capture.stop()
-        watch = TopicWatch(ep.kafka, topic)
-        in_topic = watch.end()
-        watch.close()
-        if in_topic != rows:
-            raise RuntimeError(f"{topic} holds {in_topic:,} messages, not {rows:,}")
+        with running(capture):
+            capture.wait_line(SNAPSHOT_DONE, timeout=600)
+        expect_messages(ep.kafka, topic, rows)
         return search(ep.search, ep.kafka, ep.registry, topic, rows,
                       {"broker": cpu_roots["broker"]})
     finally:

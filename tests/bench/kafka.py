@@ -30,6 +30,17 @@ class TopicWatch:
         self._consumer.close()
 
 
+def expect_messages(bootstrap: str, topic: str, count: int) -> None:
+    """RuntimeError unless ``topic`` holds ``count`` messages."""
+    watch = TopicWatch(bootstrap, topic)
+    try:
+        held = watch.end()
+    finally:
+        watch.close()
+    if held != count:
+        raise RuntimeError(f"{topic} holds {held:,} messages, not {count:,}")
+
+
 def wait_until(check: Callable[[], bool], timeout: float, what: str, every: float = 0.02) -> float:
     """The monotonic time at which ``check()`` first held (polled every ``every`` seconds)."""
     deadline = time.monotonic() + timeout

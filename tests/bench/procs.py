@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 TICK = os.sysconf("SC_CLK_TCK")
+SNAPSHOT_DONE = r"snapshot: (\d+) rows"  # the capture's line once its snapshot is in Kafka
 SAMPLE_EVERY = 0.25  # seconds between memory samples
 
 

@@ -31,9 +31,9 @@ from psycopg.conninfo import make_conninfo
 
 from tests.bench import data
 from tests.bench.ceilings import drop_slot
-from tests.bench.kafka import TopicWatch, delete_topics
+from tests.bench.kafka import delete_topics, expect_messages
 from tests.bench.latency import TOPIC_CONFIG, WRITERS, _pct, start_observer, write
-from tests.bench.procs import CaptureProcess, CpuMeter
+from tests.bench.procs import SNAPSHOT_DONE, CaptureProcess, CpuMeter
 from tests.bench.pyspy import sampled
 from tests.bench.report import Figure, Target
 
@@ -44,7 +44,6 @@ GROUP = "bench-replica"
 POLL = 0.02  # seconds between the lag poller's queries
 PER_COMMIT = 5  # rows per transaction of the lag run: the target is per change, not commit
 DRAIN_TIMEOUT = 60  # seconds for the last rows to reach the target
-SNAPSHOT_DONE = r"snapshot: (\d+) rows"
 ASSIGNED = r"assigned \d+ partitions"
 
 
@@ -139,11 +138,7 @@ def replica(dsn: str, bootstrap: str, env: dict[str, str], table: str, rows: int
         try:
             say(f"replica: capture snapshot of {table} into {PREFIX}.{table}")
             capture.wait_line(SNAPSHOT_DONE, timeout=600)
-            watch = TopicWatch(bootstrap, f"{PREFIX}.{table}")
-            in_topic = watch.end()
-            watch.close()
-            if in_topic != rows:
-                raise RuntimeError(f"{PREFIX}.{table} holds {in_topic:,} messages, not {rows:,}")
+            expect_messages(bootstrap, f"{PREFIX}.{table}", rows)
             say("replica: rebuild from zero (--once)")
             figures = [ceiling, _rebuild(env, target, table, rows, ceiling, cpu_roots, profile)]
             if lag:

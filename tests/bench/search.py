@@ -161,8 +161,8 @@ def _say(what: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     from compose.stack import isolated_stack
     from tests.bench import data
-    from tests.bench.kafka import TopicWatch
-    from tests.bench.procs import CaptureProcess
+    from tests.bench.kafka import expect_messages
+    from tests.bench.procs import SNAPSHOT_DONE, CaptureProcess, running
     from tests.bench.report import code_line, machine_line, print_report
 
     parser = argparse.ArgumentParser(prog="python -m tests.bench.search", description=__doc__)
@@ -179,16 +179,10 @@ def main(argv: list[str] | None = None) -> None:
             "BOTTLER_PG_DSN": ep.pg_dsn, "BOTTLER_KAFKA": ep.kafka,
             "BOTTLER_REGISTRY": ep.registry,
         }, ["--tables", f"public.{table}", "--slot", prefix, "--topic-prefix", prefix])
-        capture.start()
-        try:
-            capture.wait_line(r"snapshot: (\d+) rows", timeout=600)
-        finally:
-            capture.stop()
+        with running(capture):
+            capture.wait_line(SNAPSHOT_DONE, timeout=600)
         topic = f"{prefix}.{table}"
-        watch = TopicWatch(ep.kafka, topic)
-        if watch.end() != args.rows:
-            raise RuntimeError(f"{topic} holds {watch.end():,} messages, not {args.rows:,}")
-        watch.close()
+        expect_messages(ep.kafka, topic, args.rows)
         figures = search(ep.search, ep.kafka, ep.registry, topic, args.rows,
                          {"broker": stack.broker.running_pid()})
     header.append(machine_line() + " at the end")

@@ -24,7 +24,7 @@ from materializers.translators.examples import orders
 from materializers.translators.runner import TranslatorRunner
 from tests.bench.ceilings import drop_slot
 from tests.bench.kafka import TopicWatch, delete_topics
-from tests.bench.procs import CaptureProcess, CpuMeter
+from tests.bench.procs import SNAPSHOT_DONE, CaptureProcess, CpuMeter, running
 from tests.bench.report import Figure
 
 PREFIX = "bench_translate"
@@ -50,11 +50,8 @@ def translator(dsn: str, bootstrap: str, env: dict[str, str], rows: int,
     capture = CaptureProcess("translator-source", env, [
         "--tables", f"public.{TABLE}", "--slot", PREFIX, "--topic-prefix", PREFIX])
     try:
-        capture.start()
-        try:
-            capture.wait_line(r"snapshot: (\d+) rows", timeout=600)
-        finally:
-            capture.stop()
+        with running(capture):
+            capture.wait_line(SNAPSHOT_DONE, timeout=600)
         say("translator: raw ceiling, reading the topic")
         ceiling = _read(bootstrap, topic, rows, cpu_roots)
         say("translator: the orders translator from zero")
