@@ -88,31 +88,6 @@ class Stack:
     def registry(self) -> services.Service:
         return services.registry(self.root, self.ports.registry, self.ports.kafka)
 
-    @property
-    def capture(self) -> services.Service:
-        return services.capture(self.root, self.endpoints.env(), self.ports.metrics)
-
-    @property
-    def replica(self) -> services.Service:
-        env = self.endpoints.env() | {"BOTTLER_TARGET_DSN": self.postgres.dsn(REPLICA_DB)}
-        return services.replica(self.root, env, self.ports.replica_metrics)
-
-    @property
-    def search(self) -> services.Service:
-        return services.search(self.root, self.endpoints.env(), self.ports.search_metrics)
-
-    @property
-    def warehouse(self) -> services.Service:
-        return services.warehouse(self.root, self.endpoints.env(), self.ports.warehouse_metrics)
-
-    @property
-    def translator(self) -> services.Service:
-        return services.translator(self.root, self.endpoints.env(), self.ports.translator_metrics)
-
-    @property
-    def load(self) -> services.Service:
-        return services.load(self.root, self.endpoints.env(), self.ports.load_metrics)
-
     def metrics_port(self, app: str) -> int:
         """The Prometheus port of an app (the capture's is ``ports.metrics``)."""
         return self.ports.metrics if app == "capture" else getattr(self.ports, f"{app}_metrics")
@@ -137,10 +112,20 @@ class Stack:
         return out
 
     def part(self, name: str):
-        if name not in self.ORDER + self.APPS:
+        if name in self.APPS:
+            return self._app(name)
+        if name not in self.ORDER:
             choices = ", ".join(self.ORDER + self.APPS)
             raise BottlerError(f"unknown service {name!r}", f"choose one of {choices}")
         return getattr(self, name)
+
+    def _app(self, name: str) -> services.Service:
+        """An appliance process, built by its namesake in ``services`` with the stack's
+        endpoints (the replica also gets its target database) and its metrics port."""
+        env = self.endpoints.env()
+        if name == "replica":
+            env["BOTTLER_TARGET_DSN"] = self.postgres.dsn(REPLICA_DB)
+        return getattr(services, name)(self.root, env, self.metrics_port(name))
 
     @property
     def endpoints(self) -> Endpoints:
