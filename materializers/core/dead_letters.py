@@ -3,7 +3,7 @@ warehouse job: a set-aside message keeps its key and value, and says why in its 
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1"}  # kept until someone replays it
@@ -34,3 +34,9 @@ def ensure_topic(bootstrap: str, topic: str) -> None:
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
+
+
+def producer(bootstrap: str, topic: str) -> Producer:
+    """An idempotent producer for the dead-letter ``topic``, created first if missing."""
+    ensure_topic(bootstrap, topic)
+    return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})

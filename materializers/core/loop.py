@@ -468,11 +468,7 @@ class Materializer:
         else:
             self._commit(offsets, asynchronous=False)
         metrics.BATCHES.labels(self.name).inc()
-        counts: dict[str, int] = {}
-        for change in remaining:
-            counts[change.op] = counts.get(change.op, 0) + 1
-        for op, n in counts.items():
-            metrics.CHANGES.labels(self.name, op).inc(n)
+        metrics.count_changes(self.name, remaining)
 
     def _commit_pending(self, asynchronous: bool) -> None:
         pending, self._pending_commit = self._pending_commit, {}
@@ -498,9 +494,7 @@ class Materializer:
                     msg.offset(), self.dead_letter_topic, reason)
         with self._producer_lock:
             if self._producer is None:
-                dead_letters.ensure_topic(self.bootstrap, self.dead_letter_topic)
-                self._producer = Producer({"bootstrap.servers": self.bootstrap,
-                                           "enable.idempotence": True})
+                self._producer = dead_letters.producer(self.bootstrap, self.dead_letter_topic)
         headers = dead_letters.headers(msg.topic(), msg.partition(), msg.offset(), reason, error,
                                        self.name)
         self._producer.produce(self.dead_letter_topic, key=msg.key(), value=msg.value(),

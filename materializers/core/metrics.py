@@ -1,5 +1,8 @@
 """Prometheus metrics of the materializers (the default registry; labelled by materializer)."""
 
+from collections import Counter as Tally
+from collections.abc import Iterable
+
 from prometheus_client import Counter, Gauge
 
 LAG = Gauge(
@@ -19,3 +22,9 @@ CAUGHT_UP = Gauge(
     "bottler_materializer_caught_up", "1 once every assigned partition reached its end",
     ["materializer"],
 )
+
+
+def count_changes(materializer: str, changes: Iterable) -> None:
+    """Count flushed changes by their ``op`` (one increment per op, not per change)."""
+    for op, n in Tally(change.op for change in changes).items():
+        CHANGES.labels(materializer, op).inc(n)

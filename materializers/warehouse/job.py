@@ -170,11 +170,7 @@ class WarehouseJob:
                 self._positions.clear()  # where the tables stand is read again
                 raise
             self._positions.update(offsets)
-            counts: dict[str, int] = {}
-            for change in truncates + changes:
-                counts[change.op] = counts.get(change.op, 0) + 1
-            for op, n in counts.items():
-                metrics.CHANGES.labels(self.name, op).inc(n)
+            metrics.count_changes(self.name, truncates + changes)
         result.changes, result.truncates = len(changes), len(truncates)
         result.offsets = {**start, **offsets}
         for (topic, partition), h in high.items():
@@ -311,8 +307,6 @@ class WarehouseJob:
         log.warning("%s: %s[%d]@%d to %s: %s", self.name, topic, partition, offset,
                     self.dead_letter_topic, reason)
         if self._producer is None:
-            dead_letters.ensure_topic(self.bootstrap, self.dead_letter_topic)
-            self._producer = Producer({"bootstrap.servers": self.bootstrap,
-                                       "enable.idempotence": True})
+            self._producer = dead_letters.producer(self.bootstrap, self.dead_letter_topic)
         headers = dead_letters.headers(topic, partition, offset, reason, error, self.name)
         self._producer.produce(self.dead_letter_topic, key=key, value=value, headers=headers)
