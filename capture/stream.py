@@ -218,7 +218,7 @@ class Streamer:
         # writers wait for each other's commits), so a consumer can tell a replayed old
         # change from a new one (the translators' keyed state does).
         headers = [("bottler.lsn", b"%d" % self._lsn), ("bottler.commit_time", self._commit_time)]
-        self.publisher.send(codec.topic, key, value, self._batch, headers)
+        self._send(codec.topic, key, value, headers)
         self._count(codec.qualified, op)
 
     def _update(self, m: pgoutput.Update) -> None:
@@ -276,5 +276,6 @@ class Streamer:
         self.tracker.seal(self._batch, m.lsn)
         self._batch = batch
 
-    def _send(self, topic: str, key: bytes | None, value: bytes | None) -> None:
-        self.publisher.send(topic, key, value, self._batch)
+    def _send(self, topic: str, key: bytes | None, value: bytes | None,
+              headers: list[tuple[str, bytes]] | None = None) -> None:
+        self.publisher.send(topic, key, value, self._batch, headers)
