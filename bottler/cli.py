@@ -9,14 +9,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from bottler import options
-from bottler.errors import BottlerError
-from bottler.logs import setup_logging
 from bottler.migrate.cli import migrate_app
-from bottler.redact import redact
-from bottler.signals import stop_on_signals
 from bottler.status.cli import status
 from capture import cli as capture_cli
+from common import options
+from common.errors import BottlerError
+from common.logs import setup_logging
+from common.redact import redact
+from common.signals import stop_on_signals
 from materializers.postgres.cli import materialize_postgres
 from materializers.search.cli import materialize_search, reindex
 from materializers.translators.cli import translate

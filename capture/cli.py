@@ -9,8 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from bottler.errors import BottlerError
-from bottler.signals import stop_on_signals
+from common.errors import BottlerError
+from common.signals import stop_on_signals
 
 slot_app = typer.Typer(no_args_is_help=True, help="Replication slots of the source database.")
 out = Console()

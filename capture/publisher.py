@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from bottler.errors import BottlerError
 from capture.acks import AckTracker, Batch
+from common.errors import BottlerError
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ import logging
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from bottler.errors import BottlerError
-from bottler.redact import redact
+from common.errors import BottlerError
+from common.redact import redact
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,6 @@ import threading
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from bottler import gctune
-from bottler.errors import BottlerError
-from bottler.redact import redact
 from capture import metrics, snapshot, source, state, topics
 from capture.control import ControlEvents
 from capture.pgoutput import lsn_to_str
@@ -20,6 +17,9 @@ from capture.settings import CaptureSettings
 from capture.slot import create_slot, drop_slot, slot_exists
 from capture.stream import Streamer
 from capture.tables import Tables
+from common import gctune
+from common.errors import BottlerError
+from common.redact import redact
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from bottler.errors import BottlerError
-from bottler.redact import MASK, redact
+from common.errors import BottlerError
+from common.redact import MASK, redact
 
 LIBRDKAFKA_CONFIG_DOC = "https://github.com/confluentinc/librdkafka/blob/master/CONFIGURATION.md"
 CONFIG_ENV = "BOTTLER_CONFIG"  # the YAML config file, when --config is not given

@@ -12,10 +12,10 @@ import psycopg
 import psycopg2
 import psycopg2.extras
 
-from bottler.errors import BottlerError
-from bottler.redact import redact
 from capture.pgoutput import str_to_lsn
 from capture.source import SETUP_DOC, session_connect
+from common.errors import BottlerError
+from common.redact import redact
 from schemas.pgtypes import libpq_options
 
 

@@ -23,12 +23,12 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from bottler import gctune
-from bottler.errors import BottlerError
 from capture import metrics
 from capture.encoding import CodecSpec
 from capture.publisher import DataError, Publisher
 from capture.source import SourceTable, session_connect
+from common import gctune
+from common.errors import BottlerError
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
-from bottler.errors import BottlerError
-from bottler.pg import connect
 from capture.typecatalog import load_columns
+from common.errors import BottlerError
+from common.pg import connect
 from schemas.pgtypes import Column, libpq_options
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ import uuid
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from bottler.errors import BottlerError
 from capture import topics
+from common.errors import BottlerError
 from schemas.topics import STATE, with_prefix
 
 SNAPSHOT_STARTED = "started"

@@ -13,14 +13,14 @@ import psycopg
 import psycopg2
 from confluent_kafka.admin import AdminClient
 
-from bottler.errors import BottlerError
-from bottler.redact import redact
 from capture import metrics, pgoutput, topics
 from capture.control import ControlEvents
 from capture.pgoutput import UNCHANGED
 from capture.publisher import DataError, Publisher
 from capture.slot import replication_connect
 from capture.tables import Tables, UnkeyedTable
+from common.errors import BottlerError
+from common.redact import redact
 
 log = logging.getLogger(__name__)
 

@@ -8,12 +8,12 @@ import logging
 import psycopg
 from confluent_kafka.admin import AdminClient
 
-from bottler.errors import BottlerError
 from capture import pgoutput, topics
 from capture.encoding import CodecSpec, TableCodec, make_spec
 from capture.registrar import Registrar
 from capture.source import SourceTable, key_columns
 from capture.typecatalog import load_columns, load_type
+from common.errors import BottlerError
 from schemas.pgtypes import Column
 from schemas.topics import table_topic
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from bottler.errors import BottlerError
+from common.errors import BottlerError
 
 
 def ensure_topics(

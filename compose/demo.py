@@ -6,8 +6,8 @@ from importlib import resources
 
 import psycopg
 
-from bottler.errors import BottlerError
-from bottler.pg import connect
+from common.errors import BottlerError
+from common.pg import connect
 
 TABLES = ("customers", "products", "orders", "order_items")
 

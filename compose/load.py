@@ -16,8 +16,8 @@ from collections.abc import Callable
 import psycopg
 from prometheus_client import Counter
 
-from bottler.errors import BottlerError
-from bottler.pg import connect
+from common.errors import BottlerError
+from common.pg import connect
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from bottler.errors import BottlerError
+from common.errors import BottlerError
 from compose.procs import PidFile, wait_until
 
 SETTINGS = {

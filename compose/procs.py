@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from bottler.errors import BottlerError
+from common.errors import BottlerError
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import noida_db
 
-from bottler.errors import BottlerError
+from common.errors import BottlerError
 from compose.procs import PidFile, port_answers, spawn, terminate, wait_until
 
 

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-from bottler.errors import BottlerError
+from common.errors import BottlerError
 from compose import services
 from compose.demo import seed
 from compose.postgres import PostgresCluster

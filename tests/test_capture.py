@@ -8,7 +8,7 @@ from decimal import Decimal
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from bottler.errors import BottlerError
+from common.errors import BottlerError
 from schemas.avro_schema import without_logical_types
 from schemas.serde import decode, split
 from tests.support import Decoder, execute, read_topic, rows, topic_state, wait_for, wait_streaming

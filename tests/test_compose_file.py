@@ -638,7 +638,7 @@ def test_dockerfile_copies_every_package_and_its_sources_exist(compose: dict[str
     pyproject = tomllib.loads(PYPROJECT.read_text())
     includes = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
     packages = {pattern.rstrip("*").rstrip(".") for pattern in includes}
-    assert packages == {"bottler", "capture", "schemas", "materializers", "compose"}
+    assert packages == {"bottler", "common", "capture", "schemas", "materializers", "compose"}
     assert packages <= copied, f"not copied: {sorted(packages - copied)}"
     assert {"pyproject.toml", pyproject["project"]["readme"]} <= copied
 

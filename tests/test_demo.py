@@ -3,7 +3,7 @@
 import psycopg
 import pytest
 
-from bottler.errors import BottlerError
+from common.errors import BottlerError
 from compose.demo import seed
 
 

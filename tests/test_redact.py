@@ -1,4 +1,4 @@
-from bottler.redact import redact
+from common.redact import redact
 
 
 def test_uri_password_is_masked():
@@ -24,7 +24,7 @@ def test_password_inside_a_longer_message():
 def test_log_records_are_redacted(caplog):
     import logging
 
-    from bottler.logs import RedactingFilter
+    from common.logs import RedactingFilter
 
     logger = logging.getLogger("test.redact")
     logger.addFilter(RedactingFilter())

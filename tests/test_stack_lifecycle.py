@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bottler.errors import BottlerError
+from common.errors import BottlerError
 from compose import postgres
 from compose.stack import Stack, free_ports, new_stack_dir
 

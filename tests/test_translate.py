@@ -19,7 +19,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from bottler.errors import BottlerError
+from common.errors import BottlerError
 from compose.demo import seed
 from compose.procs import free_port
 from materializers.core import TableId

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from bottler.errors import BottlerError
+from common.errors import BottlerError
 
 # Schemas that are never a user's data: the system's, and the replica's own (bottler.offsets).
 SYSTEM_SCHEMAS = ("pg_catalog", "information_schema", "pg_toast", "bottler")

@@ -12,9 +12,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from bottler.errors import BottlerError
 from bottler.migrate.status import DEFAULT_GROUP, StatusReport
 from bottler.migrate.verify import VerifyReport
+from common.errors import BottlerError
 
 migrate_app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 

@@ -15,10 +15,10 @@ import psycopg
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from psycopg import sql
 
-from bottler.errors import BottlerError
 from bottler.migrate.catalog import parse_table, user_tables
-from bottler.pg import connect
-from bottler.redact import redact
+from common.errors import BottlerError
+from common.pg import connect
+from common.redact import redact
 from schemas.topics import CONTROL, table_topic
 
 DEFAULT_GROUP = "bottler-postgres"

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
-from bottler.errors import BottlerError
 from bottler.migrate.catalog import (
     TableInfo,
     parse_table,
@@ -37,8 +36,9 @@ from bottler.migrate.catalog import (
     table_info,
     user_tables,
 )
-from bottler.pg import connect
-from bottler.redact import redact
+from common.errors import BottlerError
+from common.pg import connect
+from common.redact import redact
 
 CHUNK_ROWS = 100_000
 FETCH_ROWS = 5_000

@@ -11,9 +11,9 @@ from urllib.parse import urlsplit
 import typer
 from rich.console import Console
 
-from bottler.errors import BottlerError
 from bottler.status.view import render
 from bottler.status.watch import Target, Watcher, has_stack, stack_target
+from common.errors import BottlerError
 
 ENV = ("BOTTLER_PG_DSN", "BOTTLER_KAFKA", "BOTTLER_METRICS")  # the endpoints without a stack
 

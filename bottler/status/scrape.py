@@ -7,8 +7,8 @@ from collections import defaultdict
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from bottler.redact import redact
 from bottler.status.figures import App, Capture, Materializer
+from common.redact import redact
 
 
 def scrape(name: str, url: str, timeout: float = 3.0) -> App:

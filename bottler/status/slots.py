@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import psycopg
 
-from bottler.redact import redact
 from bottler.status.figures import Slot, Unavailable
+from common.redact import redact
 
 # Retained WAL: what the server may not recycle for the slot (it fills the disk if the slot's
 # consumer is gone). Confirmed lag: what the consumer has not confirmed yet.

@@ -9,8 +9,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from bottler.redact import redact
 from bottler.status.figures import CAUGHT_UP, DOWN, REBUILDING, RUNNING, STARTING, Snapshot
+from common.redact import redact
 
 STATE_STYLE = {CAUGHT_UP: "green", "streaming": "green", REBUILDING: "yellow",
                "snapshot": "yellow", STARTING: "cyan", RUNNING: "green", DOWN: "bold red"}

@@ -7,12 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bottler.errors import BottlerError
-from bottler.redact import redact
 from bottler.status.figures import App, Snapshot, Unavailable
 from bottler.status.scrape import scrape
 from bottler.status.slots import SlotReader
 from bottler.status.topics import TopicReader
+from common.errors import BottlerError
+from common.redact import redact
 
 
 @dataclass

@@ -33,9 +33,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from bottler import gctune
-from bottler.errors import BottlerError
-from bottler.kafka import BACKLOG_READER
+from common import gctune
+from common.errors import BottlerError
+from common.kafka import BACKLOG_READER
 from materializers.core import dead_letters, metrics
 from materializers.core.changes import Change, TableId, TopicPartition, table_of
 from materializers.core.decode import DecodeError, Decoder, truncate_event

@@ -1,6 +1,6 @@
 """The target-Postgres replica: a live copy of the source tables in another PostgreSQL database."""
 
-from bottler import lazy
+from common import lazy
 
 __getattr__ = lazy.exports(__name__, {
     "PostgresSink": "materializers.postgres.sink",

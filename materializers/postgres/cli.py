@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from bottler import gctune, options
-from bottler.signals import stop_on_signals
+from common import gctune, options
+from common.signals import stop_on_signals
 
 
 def materialize_postgres(

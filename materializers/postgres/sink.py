@@ -23,7 +23,7 @@ from typing import Any
 
 import psycopg
 
-from bottler.pg import connect
+from common.pg import connect
 from materializers.core.changes import Change, TableId, TopicPartition
 from materializers.core.sink import Offsets, RejectedChange
 from materializers.postgres.ddl import (

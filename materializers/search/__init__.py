@@ -1,7 +1,7 @@
 """The search reindexer: an Elasticsearch/OpenSearch index kept live from the table topics,
 rebuilt from offset zero behind a blue/green alias swap (see docs/search.md)."""
 
-from bottler import lazy
+from common import lazy
 
 __getattr__ = lazy.exports(__name__, {
     "SearchClient": "materializers.search.client",

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import typer
 
-from bottler import options
-from bottler.errors import BottlerError
-from bottler.signals import stop_on_signals
+from common import options
+from common.errors import BottlerError
+from common.signals import stop_on_signals
 
 INDEX_HELP = "The alias searches use; bottler writes its physical indices NAME-1, NAME-2…"
 

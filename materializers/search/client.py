@@ -18,8 +18,8 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import urllib3
 
-from bottler.errors import BottlerError
-from bottler.redact import redact
+from common.errors import BottlerError
+from common.redact import redact
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bottler.errors import BottlerError
+from common.errors import BottlerError
 from materializers.core.changes import Change
 from materializers.search.fields import Converter, field_shape, named_types, plain_json
 

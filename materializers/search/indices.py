@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from bottler.errors import BottlerError
+from common.errors import BottlerError
 from materializers.core.changes import TopicPartition
 from materializers.search.client import SearchClient, SearchError
 from materializers.search.documents import TABLE_FIELD

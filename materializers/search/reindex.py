@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from bottler.errors import BottlerError
+from common.errors import BottlerError
 from materializers.search import indices
 from materializers.search.client import SearchClient
 from materializers.search.reader import ReaderOptions

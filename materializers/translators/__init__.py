@@ -1,7 +1,7 @@
 """Business-event translators: technical change events in, business events out, exactly once
 through Kafka transactions (docs/translators.md)."""
 
-from bottler import lazy
+from common import lazy
 
 __getattr__ = lazy.exports(__name__, {
     "Event": "materializers.translators.api",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import typer
 from confluent_kafka import KafkaException
 
-from bottler import options
-from bottler.errors import BottlerError
-from bottler.signals import stop_on_signals
+from common import options
+from common.errors import BottlerError
+from common.signals import stop_on_signals
 
 
 def translate(

@@ -13,7 +13,7 @@ import fastavro
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from bottler.errors import BottlerError
+from common.errors import BottlerError
 from materializers.translators.api import Event, Output
 from schemas.avro_writer import compile_writer
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import entry_points
 
-from bottler.errors import BottlerError
+from common.errors import BottlerError
 from materializers.translators.api import Translator
 
 GROUP = "bottler.translators"

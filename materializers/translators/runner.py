@@ -31,8 +31,8 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from bottler.errors import BottlerError
-from bottler.kafka import BACKLOG_READER
+from common.errors import BottlerError
+from common.kafka import BACKLOG_READER
 from materializers.core import dead_letters
 from materializers.core import metrics as core_metrics
 from materializers.core.changes import TopicPartition, table_of

@@ -23,8 +23,8 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from bottler.errors import BottlerError
-from bottler.kafka import BACKLOG_READER
+from common.errors import BottlerError
+from common.kafka import BACKLOG_READER
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 (docs/warehouse.md). ``DeltaSink`` is the Sink it writes through (usable by the consumer loop
 too); the job itself is ``materializers.warehouse.job.WarehouseJob``."""
 
-from bottler import lazy
+from common import lazy
 
 __getattr__ = lazy.exports(__name__, {
     "DeltaSink": "materializers.warehouse.sink",

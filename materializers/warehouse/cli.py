@@ -8,9 +8,9 @@ from pathlib import Path
 
 import typer
 
-from bottler import options
-from bottler.errors import BottlerError
-from bottler.signals import stop_on_signals
+from common import options
+from common.errors import BottlerError
+from common.signals import stop_on_signals
 
 warehouse_app = typer.Typer(no_args_is_help=True, help="Maintain the Delta warehouse tables.")
 

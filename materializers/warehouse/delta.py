@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
-from bottler.errors import BottlerError
+from common.errors import BottlerError
 from materializers.core.changes import TopicPartition
 from materializers.warehouse.batch import DELETE
 

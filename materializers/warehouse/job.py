@@ -37,7 +37,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from bottler.errors import BottlerError
+from common.errors import BottlerError
 from materializers.core import dead_letters, metrics
 from materializers.core.changes import Change, TopicPartition, table_of
 from materializers.core.decode import DecodeError, truncate_event

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from bottler.errors import BottlerError
+from common.errors import BottlerError
 from materializers.warehouse.delta import open_table
 from materializers.warehouse.sink import OFFSETS_TABLE, delta_tables
 

@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from bottler.kafka import BACKLOG_READER
+from common.kafka import BACKLOG_READER
 from materializers.core.decode import DecodeError, Decoder
 
 NAME = "bottler_kafka"

@@ -168,7 +168,7 @@ def code_line() -> str:
             return ""
 
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    changed = git("status", "--porcelain", "--untracked-files=no", "--", "capture", "schemas",
-                  "bottler")
-    return f"code: commit {commit}" + (" with uncommitted changes to capture/schemas/bottler"
+    code = ("capture", "schemas", "materializers", "common", "bottler")
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", *code)
+    return f"code: commit {commit}" + (" with uncommitted changes to " + "/".join(code)
                                        if changed else "")

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bottler.errors import BottlerError
+from common.errors import BottlerError
 from compose.procs import pid_alive, port_is_free, wait_until
 from compose.stack import Stack
 

@@ -2,7 +2,7 @@
 
 import logging
 
-from bottler.redact import redact
+from common.redact import redact
 
 
 class RedactingFilter(logging.Filter):

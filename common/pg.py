@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import psycopg
 
-from bottler.errors import BottlerError
-from bottler.redact import redact
+from common.errors import BottlerError
+from common.redact import redact
 
 
 def connect(dsn: str, **kwargs) -> psycopg.Connection:

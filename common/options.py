@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from bottler.errors import BottlerError
+from common.errors import BottlerError
 
 Broker = typer.Option("localhost:9092", "--broker", "-b", envvar="BOTTLER_KAFKA",
                       help="Kafka bootstrap servers [env: BOTTLER_KAFKA]")
