@@ -23,6 +23,8 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from schemas.avro_names import full_name, resolve_names
+
 __all__ = [
     "AVRO_NAMESPACE",
     "DATE_NEG_INFINITY",
@@ -43,6 +45,7 @@ __all__ = [
     "nullable",
     "numeric_precision_scale",
     "session_statements",
+    "text_parser",
 ]
 
 #: Settings every capture connection uses, so that text output has exactly one format.
@@ -188,9 +191,7 @@ class Codec:
     @property
     def named_types(self) -> list[str]:
         """Full names of the named Avro types the schema defines, in definition order."""
-        names: list[str] = []
-        _walk_named(self.schema, names)
-        return names
+        return list(resolve_names(self.schema)[1])
 
     def schema_in(self, defined: set[str]) -> Any:
         """The schema for use inside a larger schema where the named types in ``defined`` are
@@ -205,31 +206,6 @@ class Codec:
 _NAMED = ("record", "enum", "fixed")
 
 
-def _fullname(schema: dict) -> str:
-    name = schema["name"]
-    if "." in name or not schema.get("namespace"):
-        return name
-    return f"{schema['namespace']}.{name}"
-
-
-def _walk_named(schema: Any, out: list[str]) -> None:
-    if isinstance(schema, list):
-        for branch in schema:
-            _walk_named(branch, out)
-    elif isinstance(schema, dict):
-        kind = schema.get("type")
-        if kind in _NAMED and "name" in schema:
-            out.append(_fullname(schema))
-            for field in schema.get("fields", ()):
-                _walk_named(field["type"], out)
-        elif kind == "array":
-            _walk_named(schema["items"], out)
-        elif kind == "map":
-            _walk_named(schema["values"], out)
-        elif isinstance(kind, dict | list):
-            _walk_named(kind, out)
-
-
 def dedupe_named_types(schema: Any, defined: set[str]) -> Any:
     """``schema`` with every named type (record, enum, fixed) defined once: a type whose full
     name is in ``defined`` (or was defined earlier in the walk) is replaced by its full name.
@@ -240,7 +216,7 @@ def dedupe_named_types(schema: Any, defined: set[str]) -> Any:
         return schema
     kind = schema.get("type")
     if kind in _NAMED and "name" in schema:
-        full = _fullname(schema)
+        full = full_name(schema["name"], schema.get("namespace"))
         if full in defined:
             return full
         defined.add(full)
@@ -910,3 +886,76 @@ def codec_for(column: Column) -> Codec:
     if parse is _ident:
         parse = str  # the identity, in C: row encoders recognise it and skip the call
     return Codec(schema, parse, column.formatted or name)
+
+
+# --------------------------------------------------------------------------- from a schema
+
+_LOGICAL_PARSERS: dict[str, Callable[[str], Any]] = {
+    "decimal": _parse_money,  # a decimal alone is money (numeric is [decimal, string])
+    "date": _parse_date,
+    "timestamp-micros": _timestamp_parser(True),
+    "local-timestamp-micros": _timestamp_parser(False),
+    "time-micros": _parse_time,
+    "uuid": _ident,
+}
+_PRIMITIVE_PARSERS: dict[str, Callable[[str], Any]] = {
+    "boolean": _parse_bool, "int": int, "long": int, "float": _parse_float4, "double": float,
+    "bytes": _parse_bytea, "string": _ident,
+}
+_RANGE_FIELDS = ["empty", "lower", "upper", "lower_inclusive", "upper_inclusive"]
+
+
+def text_parser(avro_type: Any, named: dict[str, dict], pg_type: str = "") -> Callable[[str], Any]:
+    """The parser :func:`codec_for` gives a column, found again from the column's field in a
+    value schema: its Avro type (references by full name, resolved through ``named``: see
+    :func:`schemas.avro_names.resolve_names`) and ``pg.type``. For a value a schema carries as
+    PostgreSQL text (``pg.missing``), read by a view that knows the schema but not the source's
+    catalog. The value is the one the capture would write, as a view decodes it."""
+    t = avro_type
+    while True:
+        if isinstance(t, list):
+            rest = [b for b in t if b != "null"]
+            if len(rest) != 1:  # numeric(p,s): [decimal, "string"]
+                return _parse_decimal_or_special
+            t = rest[0]
+        elif isinstance(t, str) and t in named:
+            t = named[t]
+        elif isinstance(t, dict) and (isinstance(t.get("type"), dict | list)
+                                      or t.get("type") in named):
+            t = t["type"]  # {"type": <a type>}
+        else:
+            break
+    if isinstance(t, str):
+        return _PRIMITIVE_PARSERS.get(t, _ident)
+    logical = _LOGICAL_PARSERS.get(t.get("logicalType", ""))
+    if logical is not None:
+        return logical
+    kind = t.get("type")
+    if kind == "record":
+        fields = [f["name"] for f in t["fields"]]
+        if fields == ["months", "days", "microseconds"]:
+            return _parse_interval
+        if fields == _RANGE_FIELDS:
+            return _range_parser(text_parser(t["fields"][1]["type"], named))
+        return _ident
+    if kind == "array":
+        items, nesting = t["items"], 1
+        while True:
+            inner = items
+            while isinstance(inner, list) and len(inner) == 2 and "null" in inner:
+                inner = next(b for b in inner if b != "null")
+            inner = named.get(inner, inner) if isinstance(inner, str) else inner
+            if not (isinstance(inner, dict) and inner.get("type") == "array"):
+                break
+            items, nesting = inner["items"], nesting + 1
+        if isinstance(inner, dict) and [f["name"] for f in inner.get("fields", ())] \
+                == _RANGE_FIELDS:  # a multirange
+            return _multirange_parser(text_parser(inner["fields"][1]["type"], named))
+        element_pg = pg_type.strip().removesuffix("[]").rsplit(".", 1)[-1].strip('"')
+        delim = ";" if element_pg.removesuffix("[]") == "box" else ","
+        return _array_parser(text_parser(items, named), delim, nesting, pg_type or "array")
+    if kind == "map":
+        return _parse_hstore
+    if isinstance(kind, str) and kind in _PRIMITIVE_PARSERS:
+        return _PRIMITIVE_PARSERS[kind]
+    return _ident

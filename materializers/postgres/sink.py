@@ -40,9 +40,9 @@ from materializers.postgres.values import (
     Converter,
     copy_escape,
     derived_type,
-    named_types,
     text_converter,
 )
+from schemas.avro_names import resolve_names
 from schemas.pgtypes import session_statements
 
 log = logging.getLogger(__name__)
@@ -310,10 +310,12 @@ class PostgresSink:
                 return None
             if segment.key_schema is None:
                 return None
-            known = self._describe(segment.table, existing, segment.key_schema, None, None)
+            known = self._describe(segment.table, existing, segment.key_schema, None)
             self._tables[segment.table] = known
             return known
-        desired = desired_shape(schema, segment.key_schema, self._target_type)
+        resolved, named = resolve_names(schema)  # fields may refer to types defined before
+        desired = desired_shape(resolved, segment.key_schema,
+                                lambda f: self._target_type(f, named))
         if existing is None:
             statements = create_statements(segment.table, desired)
             log.info("creating %s", segment.table)
@@ -323,16 +325,13 @@ class PostgresSink:
                 log.info("evolving %s: %s", segment.table, "; ".join(statements))
         for statement in statements:
             self._conn.execute(statement)
-        known = self._describe(segment.table, desired, schema, segment.value_schema_id,
-                               segment.key_schema)
+        known = self._describe(segment.table, desired, schema, segment.value_schema_id)
         self._tables[segment.table] = known
         return known
 
     def _describe(self, table_id: TableId, shape: TableShape, schema: dict,
-                  schema_id: int | None, key_schema: dict | None) -> _Table:
-        named = named_types(schema)
-        if key_schema is not None and key_schema is not schema:
-            named_types(key_schema, named)
+                  schema_id: int | None) -> _Table:
+        schema, named = resolve_names(schema)
         fields = []
         by_name = {c.name: c for c in shape.columns}
         for f in schema["fields"]:
@@ -344,11 +343,10 @@ class PostgresSink:
             shape = TableShape(shape.columns, tuple(f[1] for f in fields))
         return _Table(table_id, shape, schema_id, fields)
 
-    def _target_type(self, f: dict) -> str:
+    def _target_type(self, f: dict, named: dict[str, dict]) -> str:
         pg_type = f.get("pg.type", "")
         if pg_type and self._is_builtin(pg_type):
             return pg_type
-        named = named_types(f["type"])
         hstore = pg_type.rsplit(".", 1)[-1].strip('"') == "hstore" and self._has("hstore")
         return derived_type(f["type"], named, hstore=hstore)
 

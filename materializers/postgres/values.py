@@ -31,7 +31,6 @@ __all__ = [
     "Converter",
     "copy_escape",
     "derived_type",
-    "named_types",
     "text_converter",
     "unwrap_null",
 ]
@@ -47,38 +46,6 @@ _MAX_FAST = 253402300800000000  # 10000-01-01 00:00:00
 # --------------------------------------------------------------------------- schema helpers
 
 
-def named_types(schema: Any, out: dict[str, dict] | None = None,
-                namespace: str | None = None) -> dict[str, dict]:
-    """Every named type (record, enum, fixed) defined in ``schema``, by full name (and by short
-    name when unambiguous): references by name resolve through it."""
-    if out is None:
-        out = {}
-    if isinstance(schema, list):
-        for s in schema:
-            named_types(s, out, namespace)
-    elif isinstance(schema, dict):
-        kind = schema.get("type")
-        if kind in ("record", "enum", "fixed"):
-            name = schema["name"]
-            ns = schema.get("namespace", namespace)
-            if "." not in name and ns:
-                full = f"{ns}.{name}"
-            else:
-                full = name
-                ns = name.rsplit(".", 1)[0] if "." in name else ns
-            out[full] = schema
-            out.setdefault(full.rsplit(".", 1)[-1], schema)
-            for field in schema.get("fields", ()):
-                named_types(field["type"], out, ns)
-        elif kind == "array":
-            named_types(schema["items"], out, namespace)
-        elif kind == "map":
-            named_types(schema["values"], out, namespace)
-        elif isinstance(kind, dict | list):
-            named_types(kind, out, namespace)
-    return out
-
-
 def unwrap_null(avro_type: Any) -> Any:
     """``T`` of ``["null", T]``; other types unchanged."""
     if isinstance(avro_type, list):
@@ -90,6 +57,8 @@ def unwrap_null(avro_type: Any) -> Any:
 
 
 def _resolve(avro_type: Any, named: Mapping[str, dict]) -> Any:
+    """The type a field holds: nullability dropped, a reference (a full name: the schema went
+    through :func:`schemas.avro_names.resolve_names`) replaced by its definition."""
     avro_type = unwrap_null(avro_type)
     if isinstance(avro_type, str) and avro_type in named:
         return named[avro_type]

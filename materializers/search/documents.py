@@ -20,7 +20,8 @@ from typing import Any
 
 from common.errors import BottlerError
 from materializers.core.changes import Change
-from materializers.search.fields import Converter, field_shape, named_types, plain_json
+from materializers.search.fields import Converter, field_shape, plain_json
+from schemas.avro_names import resolve_names
 
 TABLE_FIELD = "_bottler_table"
 MAX_ID_BYTES = 512
@@ -37,7 +38,7 @@ class Layout:
 
     @classmethod
     def of(cls, value_schema: dict[str, Any], flattened: str) -> Layout:
-        named = named_types(value_schema)
+        value_schema, named = resolve_names(value_schema)
         properties: dict[str, Any] = {}
         fields = []
         for f in value_schema["fields"]:

@@ -20,7 +20,7 @@ from decimal import Decimal
 from typing import Any
 
 Converter = Callable[[Any], Any]
-Named = dict[str, Any]  # full name -> named Avro type (records, enums, fixed)
+Named = dict[str, Any]  # full name -> named Avro type: see schemas.avro_names.resolve_names
 
 DATE_FORMAT = "strict_date_optional_time||epoch_millis"
 TEXT_TYPES = {"text", "character varying", "citext", "xml", "tsvector"}
@@ -39,32 +39,6 @@ def base_pg_type(pg_type: str) -> str:
         base = base.removesuffix("[]")
     base = base.split("(", 1)[0].strip()
     return base.rsplit(".", 1)[-1].strip('"')
-
-
-def named_types(schema: Any, named: Named | None = None, namespace: str = "") -> Named:
-    """Every named type defined in ``schema``, by full name (and by short name, as the capture's
-    references within a namespace use it)."""
-    named = {} if named is None else named
-    if isinstance(schema, list):
-        for branch in schema:
-            named_types(branch, named, namespace)
-    elif isinstance(schema, dict):
-        kind = schema.get("type")
-        if kind in ("record", "enum", "fixed"):
-            ns = schema.get("namespace", namespace)
-            name = schema["name"]
-            full = name if "." in name or not ns else f"{ns}.{name}"
-            named[full] = schema
-            named.setdefault(name, schema)
-            for f in schema.get("fields", ()):
-                named_types(f["type"], named, full.rsplit(".", 1)[0] if "." in full else "")
-        elif kind == "array":
-            named_types(schema["items"], named, namespace)
-        elif kind == "map":
-            named_types(schema["values"], named, namespace)
-        elif isinstance(kind, dict | list):
-            named_types(kind, named, namespace)
-    return named
 
 
 def field_shape(avro: Any, pg_type: str, named: Named, flattened: str = "flattened"

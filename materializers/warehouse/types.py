@@ -20,6 +20,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from schemas.avro_names import resolve_names
+
 DATE_MIN, DATE_MAX = -719162, 2932896  # 0001-01-01, 9999-12-31 in days since 1970-01-01
 TS_MIN, TS_MAX = DATE_MIN * 86_400_000_000, (DATE_MAX + 1) * 86_400_000_000 - 1
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
@@ -91,8 +93,8 @@ class Mapped:
 
 
 def mapped(avro: Any, named: dict[str, Any] | None = None) -> Mapped:
-    """The Arrow type (and value converter) of an Avro type. ``named`` collects the named types
-    defined on the way (records, enums, fixed), so later references by name resolve."""
+    """The Arrow type (and value converter) of an Avro type; references to named types (full
+    names) resolve through ``named`` (see :func:`schemas.avro_names.resolve_names`)."""
     named = {} if named is None else named
     if isinstance(avro, str):
         if avro in named:
@@ -108,11 +110,6 @@ def mapped(avro: Any, named: dict[str, Any] | None = None) -> Mapped:
             return first  # decimal, or "NaN": refused by the decimal converter
         return Mapped(pa.string(), _json)
     kind, logical = avro.get("type"), avro.get("logicalType")
-    if kind in ("record", "enum", "fixed") and "name" in avro:
-        name, namespace = avro["name"], avro.get("namespace")
-        named[name] = avro
-        if namespace and "." not in name:
-            named[f"{namespace}.{name}"] = avro
     if logical == "decimal" and kind in ("bytes", "fixed"):
         precision, scale = int(avro["precision"]), int(avro.get("scale", 0))
         arrow = pa.decimal128(precision, scale) if precision <= 38 else \
@@ -185,7 +182,7 @@ class RecordLayout:
     """How the rows of one record schema become Arrow columns: ``(field, column, Mapped)``."""
 
     def __init__(self, schema: Mapping[str, Any], names: Mapping[str, str] | None = None):
-        named: dict[str, Any] = {}
+        schema, named = resolve_names(schema)
         self.fields = [
             (f["name"], (names or {}).get(f["name"]) or column_name(f), mapped(f["type"], named))
             for f in schema["fields"]
