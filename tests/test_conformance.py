@@ -54,8 +54,12 @@ KEY_SCHEMA = {"type": "record", "name": "items", "namespace": "public.key", "pg.
 V1 = value_schema(ITEMS, [ID, NAME, PRICE])
 V2 = value_schema(ITEMS, [ID, NAME, PRICE, NOTE])  # note added
 V3 = value_schema(ITEMS, [ID, NAME, NOTE])  # price dropped
+# ALTER TABLE items ADD COLUMN region text DEFAULT 'eu', ADD COLUMN level int DEFAULT 7
+REGION = {**_field("region", "string", "text"), "pg.missing": "eu"}
+LEVEL = {**_field("level", "int", "integer"), "pg.missing": "7"}
+V4 = value_schema(ITEMS, [ID, NAME, PRICE, REGION, LEVEL])
 LOG_SCHEMA = value_schema(LOG, [_field("at", "int", "integer"), NAME])
-SCHEMA_IDS = {id(V1): 101, id(V2): 102, id(V3): 103, id(LOG_SCHEMA): 201}
+SCHEMA_IDS = {id(V1): 101, id(V2): 102, id(V3): 103, id(V4): 104, id(LOG_SCHEMA): 201}
 
 
 class Stream:
@@ -285,6 +289,30 @@ def test_added_and_dropped_columns_flow_through(adapter):
                     "select attname from pg_attribute where attrelid = 'items'::regclass"
                     " and attnum > 0 and not attisdropped order by attnum")]
             assert columns == ["id", "name", "note"]
+
+
+def test_a_column_added_with_a_default_shows_it_on_older_rows(adapter):
+    s = Stream()
+    for i in range(1, 4):
+        s.upsert(i, V1, name=f"old {i}")  # written before the column existed
+    s.upsert(2, V4, name="two", region="us", level=None)  # written with it: its own values
+    s.upsert(4, V4, name="four", region=None, level=1)
+    s.upsert(5, V4, name="five", region="fr", level=2)
+    columns = ("id", "name", "region", "level")
+    expected = {(1,): (1, "old 1", "eu", 7), (2,): (2, "two", "us", None),
+                (3,): (3, "old 3", "eu", 7), (4,): (4, "four", None, 1),
+                (5,): (5, "five", "fr", 2)}
+    for batch in (1, 2, 4, 100):  # the ALTER between batches, and within one
+        sink = adapter.make()
+        feed(sink, s.changes, batch=batch)
+        assert adapter.keyed(sink, ITEMS, columns) == expected, f"batches of {batch}"
+    # a restart after the column appeared: nothing changes, a later row keeps its NULL
+    again = adapter.reopen(sink)
+    more = Stream()
+    more.offsets = dict(s.offsets)
+    more.upsert(6, V4, name="six", region=None, level=None)
+    feed(again, more.changes)
+    assert adapter.keyed(again, ITEMS, columns) == {**expected, (6,): (6, "six", None, None)}
 
 
 def test_truncate_empties_the_table_and_keeps_what_comes_after(adapter):

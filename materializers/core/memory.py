@@ -2,7 +2,8 @@
 
 The reference for the conformance suite: the simplest correct target. ``write`` only stages a
 batch; ``flush`` applies it and its offsets at once, so an exception anywhere before the end of
-``flush`` leaves the durable state as it was.
+``flush`` leaves the durable state as it was. A column added with a default gives it to the rows
+already there that lack it (schemas.evolution), when a change first brings the column.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from materializers.core.changes import Change, TableId, TopicPartition
 from materializers.core.sink import Offsets, RejectedChange
+from schemas.evolution import Evolution
 
 
 class MemorySink:
@@ -31,6 +33,7 @@ class MemorySink:
         self.reject = reject
         self._staged: list[Change] = []
         self._staged_offsets: dict[TopicPartition, int] = {}
+        self._evolutions: dict[TableId, Evolution] = {}
 
     def stored_offsets(self, partitions: Sequence[TopicPartition]) -> Offsets | None:
         self._discard()
@@ -55,6 +58,8 @@ class MemorySink:
             elif change.op == "delete":
                 table.pop(change.identity, None)
             else:
+                if change.value_schema is not None:
+                    self._evolve(table, change)
                 table[change.identity] = change.value
                 if change.value_schema_id is not None:
                     self.schema_ids[change.table] = change.value_schema_id
@@ -65,6 +70,13 @@ class MemorySink:
 
     def close(self) -> None:
         self._discard()
+
+    def _evolve(self, rows: dict[Any, dict[str, Any]], change: Change) -> None:
+        evolution = self._evolutions.setdefault(change.table, Evolution())
+        for name, value in evolution.added(change.value_schema).items():
+            for identity, row in rows.items():
+                if name not in row:
+                    rows[identity] = {**row, name: value}
 
     def rows(self, schema: str, table: str) -> dict[Any, dict[str, Any]]:
         """The rows of one table (identity → row); empty if never seen."""

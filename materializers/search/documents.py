@@ -57,6 +57,12 @@ class Layout:
         doc[TABLE_FIELD] = table
         return doc
 
+    def columns(self, values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` (decoded, by Avro field name) as document fields: column -> JSON."""
+        return {column: values[name] if values[name] is None or convert is None
+                else convert(values[name])
+                for name, column, convert in self.fields if name in values}
+
 
 def key_text(key: dict[str, Any]) -> str:
     """The primary key as text: a one-column key's value, else a JSON array of the values."""

@@ -13,6 +13,15 @@ A search index has no transaction to keep offsets with the data, so:
   with :class:`RejectedChange` for that row, after the batch's other documents were written and
   before its offsets are: the replay after a restart applies them again, idempotently.
 
+A column added with a default (schemas.evolution): when a table's changes first bring it, the
+documents of the table already in the index that lack the field take the default, by an
+``_update_by_query`` among the flush's bulk requests, after the documents that came before
+it. The sink remembers what it applied per table until it stops; a new sink applies the defaults
+of the first version it meets once more, to the documents still without the field (none, but
+those older than the column that a crash kept from it): a document with the field, NULL
+included, is left as it is. The update raises the documents' versions by one, which the next
+write of a document (a later offset) still passes.
+
 Truncates delete the table's documents (by ``_bottler_table``), each with its own version as an
 external version: a row replayed after the truncate (the loop rewinds partitions read past the
 truncate's barrier) is then written again, where a delete-by-query's internal version would
@@ -21,6 +30,7 @@ refuse it as stale.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -32,6 +42,7 @@ from materializers.search import indices
 from materializers.search.bulk import Action, BulkWriter
 from materializers.search.client import SearchClient, SearchError
 from materializers.search.documents import TABLE_FIELD, Layout, Transform, document_id
+from schemas.evolution import Evolution
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +56,21 @@ class _Truncate:
 
     def __init__(self, table: TableId):
         self.table = table
+
+
+class _Fill:
+    """Defaults for a table's documents that lack the fields (column -> JSON value)."""
+
+    __slots__ = ("table", "values")
+
+    def __init__(self, table: TableId, values: dict[str, Any]):
+        self.table = table
+        self.values = values
+
+
+# sets the field on a document without it; one that has it (NULL included) is left as it is
+FILL_SCRIPT = ("if (ctx._source.containsKey(params.field)) { ctx.op = 'noop' } "
+               "else { ctx._source[params.field] = params.value }")
 
 
 class SearchSink:
@@ -81,9 +107,11 @@ class SearchSink:
         self._layouts: dict[int, Layout] = {}  # value schema id -> layout
         self._put: set[int] = set()  # layouts whose fields are in the mapping
         self._durable: dict[TopicPartition, int] = self.store.offsets(index, self.uuid)
-        self._pending: list[Action | _Truncate] = []
+        self._evolutions: dict[TableId, Evolution] = {}  # as of the last flush
+        self._pending: list[Action | _Truncate | _Fill] = []
         self._pending_offsets: dict[TopicPartition, int] = {}
         self._pending_layouts: dict[int, Layout] = {}
+        self._pending_evolutions: dict[TableId, Evolution] = {}
 
     # -- the Sink protocol --------------------------------------------------------------
 
@@ -93,16 +121,22 @@ class SearchSink:
         return {tp: self._durable[tp] for tp in partitions if tp in self._durable}
 
     def write(self, changes: Sequence[Change], offsets: Offsets) -> None:
-        staged: list[Action | _Truncate] = []
+        staged: list[Action | _Truncate | _Fill] = []
         layouts: dict[int, Layout] = {}
+        evolutions: dict[TableId, Evolution] = {}
         for change in changes:
             if change.op == "truncate":
                 staged.append(_Truncate(change.table))
-            else:
-                staged.append(self._action(change, layouts))
+                continue
+            if change.op == "upsert" and change.value_schema is not None:
+                fill = self._fill_for(change, layouts, evolutions)
+                if fill is not None:
+                    staged.append(fill)
+            staged.append(self._action(change, layouts))
         self._pending.extend(staged)
         self._pending_offsets.update(offsets)
         self._pending_layouts.update(layouts)
+        self._pending_evolutions.update(evolutions)
 
     def flush(self) -> None:
         try:
@@ -112,6 +146,10 @@ class SearchSink:
                     self._send(segment)
                     segment = {}
                     self._truncate(item.table)
+                elif isinstance(item, _Fill):
+                    self._send(segment)
+                    segment = {}
+                    self._fill(item)
                 else:
                     segment.pop(item.doc_id, None)  # the last change of a document wins
                     segment[item.doc_id] = item
@@ -120,6 +158,7 @@ class SearchSink:
                 offsets = {**self._durable, **self._pending_offsets}
                 self.store.save(self.index, self.uuid, self.alias, offsets)
                 self._durable = offsets
+            self._evolutions.update(self._pending_evolutions)
             self.flushes += 1
         finally:
             self._discard()
@@ -156,6 +195,23 @@ class SearchSink:
         except Exception as exc:  # noqa: BLE001 - this row only; the loop sets it aside
             raise RejectedChange(change, f"cannot make its document: {exc!r}") from exc
         return Action(doc_id, doc, change.offset, change)
+
+    def _fill_for(self, change: Change, layouts: dict[int, Layout],
+                  evolutions: dict[TableId, Evolution]) -> _Fill | None:
+        """The defaults the documents of the change's table take before it, if its schema
+        version adds columns with one (followed on copies: ``write`` may be called again)."""
+        evolution = evolutions.get(change.table)
+        if evolution is None:
+            evolution = copy.copy(self._pending_evolutions.get(change.table)
+                                  or self._evolutions.get(change.table) or Evolution())
+            evolutions[change.table] = evolution
+        try:
+            added = evolution.added(change.value_schema)
+        except ValueError as exc:
+            raise RejectedChange(change, str(exc)) from exc
+        if not added:
+            return None
+        return _Fill(change.table, self._layout(change, layouts).columns(added))
 
     def _layout(self, change: Change, layouts: dict[int, Layout]) -> Layout:
         schema_id = change.value_schema_id if change.value_schema_id is not None else -1
@@ -204,6 +260,29 @@ class SearchSink:
             self._put.add(schema_id)
             self._layouts[schema_id] = layout
 
+    def _fill(self, fill: _Fill) -> None:
+        """Give the documents of ``fill.table`` without a field its default: one
+        ``_update_by_query`` per field, over the documents where it is absent or NULL (the
+        script leaves those with a NULL as they are), each after a refresh so that it sees every
+        document as written before (a stale one would be a version conflict)."""
+        self._put_mappings()  # the field's own mapping, before a value could map it
+        for column, value in fill.values.items():
+            self.client.refresh(self.index)  # the last update's documents, as they are now
+            body = {"query": {"bool": {"filter": [{"term": {TABLE_FIELD: str(fill.table)}}],
+                                       "must_not": [{"exists": {"field": column}}]}},
+                    "script": {"lang": "painless", "source": FILL_SCRIPT,
+                               "params": {"field": column, "value": value}}}
+            answer = self.client.request("POST", f"/{quote(self.index)}/_update_by_query",
+                                         body)
+            self.requests += 1
+            if answer.get("failures") or answer.get("timed_out"):
+                raise SearchError(
+                    f"default of {column} for the documents of {fill.table} in {self.index} "
+                    f"not applied: {answer.get('failures') or 'timed out'}", body=answer,
+                    hint="run one reader per physical index; the restart applies it again")
+            log.info("%s: %s of %s set to its default in %d documents", self.index, column,
+                     fill.table, answer.get("updated", 0))
+
     def _truncate(self, table: TableId) -> None:
         """Delete every document of ``table``: a search of its ids with their versions (after
         a refresh, so that every written document is found), deleted by version, again until
@@ -237,3 +316,4 @@ class SearchSink:
         self._pending = []
         self._pending_offsets = {}
         self._pending_layouts = {}
+        self._pending_evolutions = {}
