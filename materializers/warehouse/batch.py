@@ -5,6 +5,10 @@ table the commit merges.
 A truncate voids everything of its table that came before it, so a table's commit is either a
 MERGE (or, unkeyed, an append) of the changes, or, after a truncate, an overwrite of the table
 with the rows that came after the truncate: one commit either way.
+
+A column added with a default (schemas.evolution): the rows of a schema version older than a
+column that a later version of the batch adds hold its default; :meth:`TableBatch.defaults` gives
+the defaults the writer fills the table's existing rows with when it adds the column.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import pyarrow as pa
 from materializers.core.changes import Change, TableId
 from materializers.core.sink import RejectedChange
 from materializers.warehouse.types import RecordLayout, column_name
+from schemas.evolution import missing_values, older_rows
 
 DELETE = "_bottler_delete"  # the source's flag column: this key is deleted
 PARTITION, OFFSET = "_bottler_partition", "_bottler_offset"  # an unkeyed row's identity
@@ -32,9 +37,12 @@ class TableBatch:
     rows: dict[Any, Change] = field(default_factory=dict)  # keyed: identity -> last change
     appended: list[Change] = field(default_factory=list)  # unkeyed upserts, in order
     topics: set[str] = field(default_factory=set)
+    schemas: dict[Any, dict] = field(default_factory=dict)  # upserts' value schemas, in order
 
     def add(self, change: Change) -> None:
         self.topics.add(change.topic)
+        if change.op == "upsert" and change.value_schema is not None:
+            self.schemas.setdefault(change.value_schema_id, change.value_schema)
         if change.op == "truncate":
             self.truncated = True
             self.rows.clear()
@@ -64,21 +72,60 @@ class TableBatch:
             upserts = [c for c in changes if c.op == "upsert"]
             names = _names(c.value_schema for c in upserts)
             deletes = [c for c in changes if c.op == "delete"]
+            older = self._older_rows(names)
             parts = [_part(group, lambda c: c.value, lambda c: c.value_schema, None,
-                           lambda n: {DELETE: pa.array([False] * n)})
+                           lambda n, g=group: {
+                               DELETE: pa.array([False] * n),
+                               **_repeat(older.get(g[0].value_schema_id, {}), n)})
                      for group in _by(upserts, lambda c: c.value_schema_id)]
             parts += [_part(group, lambda c: c.key, lambda c: c.key_schema, names,
                             lambda n: {DELETE: pa.array([True] * n)})
                       for group in _by(deletes, lambda c: c.key_schema_id)]
             return _concat(parts)
         if self.appended:
+            older = self._older_rows(_names(c.value_schema for c in self.appended))
             parts = [_part(group, lambda c: c.value, lambda c: c.value_schema, None,
                            lambda n, g=group: {
                                PARTITION: pa.array([c.partition for c in g], pa.int32()),
-                               OFFSET: pa.array([c.offset for c in g], pa.int64())})
+                               OFFSET: pa.array([c.offset for c in g], pa.int64()),
+                               **_repeat(older.get(g[0].value_schema_id, {}), n)})
                      for group in _by(self.appended, lambda c: c.value_schema_id)]
             return _concat(parts)
         return None
+
+
+    def defaults(self) -> dict[str, pa.Array]:
+        """Delta column -> its default (an array of one value) for the columns of the batch's
+        schema versions added with one (``pg.missing``): what the table's rows take when the
+        column is new to the table. The latest version carrying a column says it."""
+        out: dict[str, pa.Array] = {}
+        for schema in self.schemas.values():
+            values = missing_values(schema)
+            if values:
+                out.update(_columns(schema, values, 1))
+        return out
+
+    def _older_rows(self, names: dict[str, str]) -> dict[Any, dict[str, pa.Array]]:
+        """Per value schema id: the columns a later version of the batch adds with a default,
+        as ``column -> the default`` (one value), for that version's rows."""
+        ids = list(self.schemas)
+        out: dict[Any, dict[str, pa.Array]] = {}
+        for schema_id, adds in zip(ids, older_rows(list(self.schemas.values())), strict=True):
+            for name, (schema, value) in adds.items():
+                out.setdefault(schema_id, {}).update(_columns(schema, {name: value}, 1, names))
+        return out
+
+
+def _columns(schema: dict, values: dict[str, Any], n: int,
+             names: dict[str, str] | None = None) -> dict[str, pa.Array]:
+    """``values`` (decoded, by Avro field name) as Delta columns of ``n`` equal values."""
+    layout = RecordLayout(schema, names)
+    return {column: m.array([values[field]] * n)
+            for field, column, m in layout.fields if field in values}
+
+
+def _repeat(columns: dict[str, pa.Array], n: int) -> dict[str, pa.Array]:
+    return {column: pa.repeat(one[0], n) for column, one in columns.items()}
 
 
 def table_batches(changes: Sequence[Change]) -> dict[TableId, TableBatch]:

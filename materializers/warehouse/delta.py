@@ -40,13 +40,15 @@ def app_id(tp: TopicPartition) -> str:
 class Commit:
     """What one table's flush writes: ``source`` (None: offsets only) merged on ``keys``
     (None: appended, the table has no key), after emptying the table if ``truncate``; and the
-    offsets of its topic-partitions."""
+    offsets of its topic-partitions. ``defaults``: column -> the value (an array of one) the
+    table's rows take when the column is new to the table (added with a default)."""
 
     path: Path
     keys: list[str] | None
     truncate: bool
     source: pa.Table | None
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    defaults: dict[str, pa.Array] = field(default_factory=dict)
 
     @property
     def upserts(self) -> pa.Table | None:
@@ -113,7 +115,8 @@ class RustDeltaWriter:
             write_deltalake(str(commit.path), upserts, mode="append", commit_properties=props)
             return True
         if commit.source is not None:
-            source = align(table, commit.source)
+            source = align(table, commit.source,
+                           {} if commit.truncate else commit.defaults)
             commit = Commit(commit.path, commit.keys, commit.truncate, source, commit.offsets)
             upserts = commit.upserts
         before = table.version()
@@ -158,14 +161,17 @@ def table_schema(table: DeltaTable) -> pa.Schema:
 # -- schema alignment and widening ------------------------------------------------------------
 
 
-def align(table: DeltaTable, source: pa.Table) -> pa.Table:
+def align(table: DeltaTable, source: pa.Table,
+          defaults: Mapping[str, pa.Array] | None = None) -> pa.Table:
     """``source`` shaped for ``table``: the table's columns missing from it (dropped at the
     source, or not in a delete's key) added as nulls, so a merged row never keeps a dropped
     column's stale value; a source column narrower than the table's cast up (a row written
     before a widening). A source column wider than the table's (``integer`` became ``bigint``)
-    widens the table first, where Delta allows it; other type changes are refused."""
+    widens the table first, where Delta allows it; other type changes are refused. A new column
+    with a default in ``defaults`` is added to the table first, its rows holding the default."""
     target = table_schema(table)
     widen = {}
+    add = new_with_default(target, source, defaults)
     for name in source.column_names:
         if name not in target.names:
             continue  # a new column: the write merges it into the table schema
@@ -182,13 +188,21 @@ def align(table: DeltaTable, source: pa.Table) -> pa.Table:
                 f"column {name} of {table.table_uri} changed type from {have} to {want}",
                 "Delta cannot convert it in place: move the table away and rebuild it "
                 "(bottler materialize warehouse from offset 0 into a fresh path)")
-    if widen:
-        widen_columns(table, widen)
+    if widen or add:
+        rewrite(table, widen, add)
+        target = table_schema(table)
     n = source.num_rows
     for f in target:
         if f.name not in source.column_names:
             source = source.append_column(f.name, pa.nulls(n, f.type))
     return source
+
+
+def new_with_default(target: pa.Schema, source: pa.Table,
+                     defaults: Mapping[str, pa.Array] | None) -> dict[str, pa.Array]:
+    """The columns of ``source`` new to the table (schema ``target``) that have a default."""
+    return {name: one for name, one in (defaults or {}).items()
+            if name in source.column_names and name not in target.names}
 
 
 _INTS = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
@@ -209,18 +223,31 @@ def _widens(narrow: pa.DataType, wide: pa.DataType) -> bool:
     return narrow == pa.date32() and wide == pa.timestamp("us")
 
 
-def widen_columns(table: DeltaTable, widen: Mapping[str, pa.DataType]) -> None:
-    """Rewrite the table with ``widen``'s columns cast to their wider types, in one commit that
-    changes no row (delta-rs has no in-place type widening): the offsets recorded stay as
-    they were."""
+def rewrite(table: DeltaTable, widen: Mapping[str, pa.DataType],
+            add: Mapping[str, pa.Array] | None = None) -> None:
+    """Rewrite the table with ``widen``'s columns cast to their wider types and ``add``'s
+    columns added, every row holding the column's value (an array of one), in one commit that
+    changes no row otherwise (delta-rs has neither in-place type widening nor a column default):
+    the offsets recorded stay as they were."""
+    add = add or {}
     data = table.to_pyarrow_table()
     for name, wide in widen.items():
         data = data.set_column(data.column_names.index(name), name, data[name].cast(wide))
-    log.info("widening %s: %s", table.table_uri,
-             ", ".join(f"{n} to {t}" for n, t in widen.items()))
+    for name, one in add.items():
+        data = data.append_column(name, pa.repeat(one[0], data.num_rows))
+    if widen:
+        log.info("widening %s: %s", table.table_uri,
+                 ", ".join(f"{n} to {t}" for n, t in widen.items()))
+    if add:
+        log.info("adding %s to %s with their defaults on its %d rows", ", ".join(add),
+                 table.table_uri, data.num_rows)
+    metadata = {}
+    if widen:
+        metadata["bottler.widened"] = json.dumps({n: str(t) for n, t in widen.items()})
+    if add:
+        metadata["bottler.added"] = json.dumps(sorted(add))
     write_deltalake(table, data, mode="overwrite", schema_mode="overwrite",
-                    commit_properties=CommitProperties(custom_metadata={
-                        "bottler.widened": json.dumps({n: str(t) for n, t in widen.items()})}))
+                    commit_properties=CommitProperties(custom_metadata=metadata))
     table.update_incremental()
 
 
@@ -263,6 +290,10 @@ class SparkDeltaWriter:
         for tp, offset in commit.offsets.items():
             conf.set("spark.databricks.delta.write.txnAppId", app_id(tp))
             conf.set("spark.databricks.delta.write.txnVersion", str(offset))
+        if table is not None and commit.source is not None and not commit.truncate:
+            add = new_with_default(table_schema(table), commit.source, commit.defaults)
+            if add:  # through delta-rs: one commit without offsets, before Spark's
+                rewrite(table, {}, add)
         try:
             self._write(commit, table)
         finally:

@@ -100,7 +100,8 @@ class DeltaSink:
             mine = {tp: o for tp, o in offsets.items() if tp[0] in batch.topics}
             routed |= mine.keys()
             keys = batch.key_columns() if batch.keyed else None
-            commits.append(Commit(path, keys, batch.truncated, batch.source(), mine))
+            commits.append(Commit(path, keys, batch.truncated, batch.source(), mine,
+                                  batch.defaults()))
         by_path: dict[Path, dict[TopicPartition, int]] = {}
         rest: dict[TopicPartition, int] = {}
         for tp, offset in offsets.items():
