@@ -3,7 +3,8 @@ table under a root directory (``<root>/<schema>/<table>``).
 
 Per flush and table, one Delta commit (see batch.py): a MERGE of the last change of each key
 (upserts and deletes), or an append of an unkeyed table's rows, or, after a truncate, an
-overwrite with the rows that followed it; new columns are merged into the table's schema.
+overwrite with the rows that followed it; new columns are merged into the table's schema (a
+column added with a default fills the rows already there first: delta.align).
 
 **Offsets.** Each table's commit records the offsets of its topic's partitions as Delta
 transaction identifiers (delta.py), atomically with the rows. Offsets no table commit can hold
