@@ -188,6 +188,7 @@ def demo_load(
     duration: float | None = typer.Option(None, "--duration",
                                           help="Seconds to run [default: until stopped]."),
     metrics_port: int | None = options.MetricsPort,
+    metrics_host: str = options.MetricsHost,
 ) -> None:
     """A gentle write load on the demo shop: orders placed, paid, shipped, cancelled; prices
     changed; customers signing up (one business action per transaction)."""
@@ -195,7 +196,7 @@ def demo_load(
 
     if rate <= 0:
         raise BottlerError(f"--rate must be positive, not {rate}")
-    options.serve_metrics(metrics_port)
+    options.serve_metrics(metrics_port, metrics_host)
     done = run_load(dsn, rate, stop_on_signals(), duration)
     out.print(", ".join(f"{action}: {n}" for action, n in sorted(done.items())) or "nothing done")
 

@@ -29,6 +29,7 @@ FLAGS = {
     "on_error": "--on-error", "skip_snapshot": "--skip-snapshot", "kafka_config": "-C",
     "topic_config": "-T", "tables": "--tables", "publication": "--publication",
     "snapshot_workers": "--snapshot-workers", "metrics_port": "--metrics-port",
+    "metrics_host": "--metrics-host",
     "heartbeat_interval": "--heartbeat-interval", "transaction_topic": "--transaction-topic",
     "confirm_delay": "--confirm-delay",
     "replica_identity_full": "--replica-identity-full",
@@ -66,6 +67,7 @@ class CaptureSettings(BaseSettings):
     publication: str | None = None  # default: one named after the slot, created if missing
     snapshot_workers: int = Field(2, ge=1, le=64)
     metrics_port: int | None = Field(None, ge=0, le=65535)
+    metrics_host: str = "127.0.0.1"  # loopback unless asked (a container passes 0.0.0.0)
     heartbeat_interval: float = Field(10.0, gt=0)
     confirm_delay: float = Field(0.0, ge=0)
     transaction_topic: bool = False

@@ -34,12 +34,13 @@ def materialize_warehouse(
     interval: float = typer.Option(1.0, "--interval",
                                    help="Seconds between micro-batches when idle."),
     metrics_port: int | None = options.MetricsPort,
+    metrics_host: str = options.MetricsHost,
 ) -> None:
     """Merge the table topics into Delta Lake tables with PySpark."""
     from materializers.warehouse.job import WarehouseJob, spark_session
 
     options.poison_policy(on_poison)  # before Spark takes its seconds to start
-    options.serve_metrics(metrics_port)
+    options.serve_metrics(metrics_port, metrics_host)
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
     spark = spark_session(master)
