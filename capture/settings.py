@@ -16,6 +16,7 @@ from pydantic_settings import (
 )
 
 from common.errors import BottlerError
+from common.kafka import prefix_problem
 from common.redact import MASK, redact
 
 LIBRDKAFKA_CONFIG_DOC = "https://github.com/confluentinc/librdkafka/blob/master/CONFIGURATION.md"
@@ -82,6 +83,13 @@ class CaptureSettings(BaseSettings):
             raise ValueError(
                 "slot names may contain only lower-case letters, digits and _ (at most 63)"
             )
+        return v
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _topic_prefix(cls, v: str) -> str:
+        if problem := prefix_problem(v):
+            raise ValueError(problem)
         return v
 
     @field_validator("kafka_config")

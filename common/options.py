@@ -11,14 +11,21 @@ from __future__ import annotations
 import typer
 
 from common.errors import BottlerError
+from common.kafka import prefix_problem
 
 Broker = typer.Option("localhost:9092", "--broker", "-b", envvar="BOTTLER_KAFKA",
                       help="Kafka bootstrap servers [env: BOTTLER_KAFKA]")
 SchemaRegistry = typer.Option("http://localhost:8081", "--schema-registry", "-r",
                               envvar="BOTTLER_REGISTRY",
                               help="Schema registry URL [env: BOTTLER_REGISTRY]")
+def _topic_prefix(value: str) -> str:
+    if problem := prefix_problem(value):
+        raise typer.BadParameter(f"{problem}, got {value!r}")
+    return value
+
+
 TopicPrefix = typer.Option("", "--topic-prefix", "-p", envvar="BOTTLER_TOPIC_PREFIX",
-                           help="The capture's --topic-prefix.")
+                           callback=_topic_prefix, help="The capture's --topic-prefix.")
 MetricsPort = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on this port.")
 # Loopback unless asked: metrics name tables and hosts, and nobody off the machine needs them
 # (a container, scraped over its network, passes 0.0.0.0).
