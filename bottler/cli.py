@@ -15,7 +15,7 @@ from capture import cli as capture_cli
 from common import options
 from common.errors import BottlerError
 from common.logs import setup_logging
-from common.redact import redact
+from common.redact import passwords_on_command_line, redact
 from common.signals import stop_on_signals
 from materializers.postgres.cli import materialize_postgres
 from materializers.search.cli import materialize_search, reindex
@@ -156,15 +156,17 @@ def stack_reset(
 
 @registry_app.command("serve")
 def registry_serve(
-    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0: every interface)."),
     port: int = typer.Option(8081, help="Port to listen on."),
     kafka: str = typer.Option(..., envvar="BOTTLER_KAFKA", help="Kafka bootstrap servers."),
     topic: str = typer.Option("_schemas", help="Compacted topic that stores the schemas."),
+    max_request_bytes: int = typer.Option(1024 * 1024, help="Larger request bodies are refused "
+                                          "(HTTP 413)."),
 ) -> None:
     """Run the schema registry (Confluent REST API subset) in the foreground."""
     from schemas.registry.server import serve
 
-    serve(host, port, kafka, topic)
+    serve(host, port, kafka, topic, max_request_bytes)
 
 
 @demo_app.command("seed")
@@ -188,6 +190,7 @@ def demo_load(
     duration: float | None = typer.Option(None, "--duration",
                                           help="Seconds to run [default: until stopped]."),
     metrics_port: int | None = options.MetricsPort,
+    metrics_host: str = options.MetricsHost,
 ) -> None:
     """A gentle write load on the demo shop: orders placed, paid, shipped, cancelled; prices
     changed; customers signing up (one business action per transaction)."""
@@ -195,7 +198,7 @@ def demo_load(
 
     if rate <= 0:
         raise BottlerError(f"--rate must be positive, not {rate}")
-    options.serve_metrics(metrics_port)
+    options.serve_metrics(metrics_port, metrics_host)
     done = run_load(dsn, rate, stop_on_signals(), duration)
     out.print(", ".join(f"{action}: {n}" for action, n in sorted(done.items())) or "nothing done")
 
@@ -209,6 +212,8 @@ def _relative(path: Path) -> Path:
 
 def main() -> None:
     setup_logging()
+    for warning in passwords_on_command_line(sys.argv[1:]):
+        err.print(f"[yellow]warning:[/] {warning}", highlight=False)
     try:
         app(prog_name="bottler")
     except BottlerError as exc:

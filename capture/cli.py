@@ -64,6 +64,9 @@ def capture(
                                                 help="Parallel snapshot processes [default: 2]"),
     metrics_port: int | None = typer.Option(None, "--metrics-port",
                                             help="Serve Prometheus metrics on this port."),
+    metrics_host: str | None = typer.Option(
+        None, "--metrics-host", help="Address the metrics are served on (0.0.0.0: every "
+        "interface) [default: 127.0.0.1] [env: BOTTLER_METRICS_HOST]", show_default=False),
     heartbeat_interval: float | None = typer.Option(None, "--heartbeat-interval",
                                                     help="Seconds between heartbeats [10]"),
     confirm_delay: float | None = typer.Option(
@@ -87,7 +90,7 @@ def capture(
         topic_prefix=topic_prefix, on_error=on_error, skip_snapshot=skip_snapshot or None,
         kafka_config=_props(kafka_config, "-C"), topic_config=_props(topic_config, "-T"),
         tables=names, publication=publication, snapshot_workers=snapshot_workers,
-        metrics_port=metrics_port, heartbeat_interval=heartbeat_interval,
+        metrics_port=metrics_port, metrics_host=metrics_host, heartbeat_interval=heartbeat_interval,
         confirm_delay=confirm_delay,
         transaction_topic=transaction_topic or None,
         replica_identity_full=replica_identity_full or None, config_file=config,

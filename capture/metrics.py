@@ -19,11 +19,13 @@ SLOT_RETAINED_WAL = Gauge(
 SLOT_RETAINED_WAL.set(float("nan"))  # not 0 ("nothing retained") until a probe measures it
 
 
-def serve(port: int, dsn: str | None = None, slot: str | None = None) -> None:
-    """Serve the metrics; with ``dsn`` and ``slot``, also the slot's retained WAL."""
+def serve(port: int, host: str = "127.0.0.1", dsn: str | None = None,
+          slot: str | None = None) -> None:
+    """Serve the metrics on ``host`` (--metrics-host); with ``dsn`` and ``slot``, also the
+    slot's retained WAL."""
     if dsn and slot:
         SLOT_RETAINED_WAL.set_function(SlotProbe(dsn, slot).retained_wal)
-    start_http_server(port, addr="0.0.0.0")
+    start_http_server(port, addr=host)
 
 
 class SlotProbe:

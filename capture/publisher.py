@@ -129,7 +129,8 @@ def _too_large(topic: str, size: int) -> DataError:
     return DataError(
         f"a message of {size} bytes for {topic} exceeds the broker's or producer's size limit "
         "(message.max.bytes); raise it with -C message.max.bytes=N and the topic's "
-        "max.message.bytes with -T max.message.bytes=N"
+        "max.message.bytes with -T max.message.bytes=N (the capture applies -T settings to its "
+        "existing topics when it starts)"
     )
 
 

@@ -30,7 +30,7 @@ def run_capture(settings: CaptureSettings, stop: threading.Event | None = None) 
     log.info("capture: %s → %s (slot %s, publication %s, %s)", redact(s.postgres), s.broker,
              s.slot, s.publication_name, s.output_format)
     if s.metrics_port:
-        metrics.serve(s.metrics_port, s.postgres, s.slot)
+        metrics.serve(s.metrics_port, s.metrics_host, s.postgres, s.slot)
 
     catalog = source.session_connect(s.postgres, autocommit=True)
     source.preflight(catalog, s.slot)

@@ -16,6 +16,7 @@ from pydantic_settings import (
 )
 
 from common.errors import BottlerError
+from common.kafka import prefix_problem
 from common.redact import MASK, redact
 
 LIBRDKAFKA_CONFIG_DOC = "https://github.com/confluentinc/librdkafka/blob/master/CONFIGURATION.md"
@@ -29,6 +30,7 @@ FLAGS = {
     "on_error": "--on-error", "skip_snapshot": "--skip-snapshot", "kafka_config": "-C",
     "topic_config": "-T", "tables": "--tables", "publication": "--publication",
     "snapshot_workers": "--snapshot-workers", "metrics_port": "--metrics-port",
+    "metrics_host": "--metrics-host",
     "heartbeat_interval": "--heartbeat-interval", "transaction_topic": "--transaction-topic",
     "confirm_delay": "--confirm-delay",
     "replica_identity_full": "--replica-identity-full",
@@ -66,6 +68,7 @@ class CaptureSettings(BaseSettings):
     publication: str | None = None  # default: one named after the slot, created if missing
     snapshot_workers: int = Field(2, ge=1, le=64)
     metrics_port: int | None = Field(None, ge=0, le=65535)
+    metrics_host: str = "127.0.0.1"  # loopback unless asked (a container passes 0.0.0.0)
     heartbeat_interval: float = Field(10.0, gt=0)
     confirm_delay: float = Field(0.0, ge=0)
     transaction_topic: bool = False
@@ -80,6 +83,13 @@ class CaptureSettings(BaseSettings):
             raise ValueError(
                 "slot names may contain only lower-case letters, digits and _ (at most 63)"
             )
+        return v
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _topic_prefix(cls, v: str) -> str:
+        if problem := prefix_problem(v):
+            raise ValueError(problem)
         return v
 
     @field_validator("kafka_config")

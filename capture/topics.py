@@ -16,10 +16,21 @@ snapshot is complete.
 
 from __future__ import annotations
 
+import logging
+
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    OffsetSpec,
+)
 
 from common.errors import BottlerError
+
+log = logging.getLogger(__name__)
 
 
 def ensure_topics(
@@ -29,13 +40,17 @@ def ensure_topics(
     config: dict[str, str] | None = None,
     partitions: int = 1,
 ) -> None:
-    """Create the missing topics; ``config`` (the user's -T settings) applies to all of them."""
+    """Create the missing topics; ``config`` (the user's -T settings) applies to all of them,
+    to the existing ones (the capture's own) too, so that raising a limit with -T (say
+    ``max.message.bytes``, as the oversized-message hint asks) takes effect at the next start."""
     wanted = {t: {**(config or {}), "cleanup.policy": "compact"} for t in compacted}
     wanted |= {t: {**(config or {}), "cleanup.policy": "delete"} for t in plain}
     try:
         existing = set(admin.list_topics(timeout=10).topics)
     except KafkaException as exc:
         raise unreachable_broker(exc.args[0].str()) from None
+    if config:
+        _alter_configs(admin, [t for t in wanted if t in existing], config)
     new = [
         NewTopic(t, num_partitions=partitions, config=cfg)
         for t, cfg in wanted.items() if t not in existing
@@ -51,6 +66,39 @@ def ensure_topics(
                     f"cannot create topic {topic}: {exc.args[0].str()}",
                     "check the broker's permissions and the -T topic settings",
                 ) from None
+
+
+def _alter_configs(admin: AdminClient, names: list[str], config: dict[str, str]) -> None:
+    """Set the ``config`` values that differ on existing topics (IncrementalAlterConfigs)."""
+    if not names:
+        return
+    try:
+        described = admin.describe_configs([ConfigResource("topic", t) for t in names])
+        current = {r.name: f.result(timeout=30) for r, f in described.items()}
+    except KafkaException as exc:
+        raise BottlerError(f"cannot read the settings of topics {', '.join(names)}: "
+                           f"{exc.args[0].str()}", "check the broker and its permissions") from None
+    changes = []
+    for topic, entries in current.items():
+        differ = {k: v for k, v in config.items()
+                  if k not in entries or entries[k].value != v}
+        if differ:
+            changes.append(ConfigResource("topic", topic, incremental_configs=[
+                ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+                for k, v in differ.items()]))
+            log.info("topic %s: setting %s", topic,
+                     ", ".join(f"{k}={v} (was {entries[k].value if k in entries else 'unset'})"
+                               for k, v in differ.items()))
+    if not changes:
+        return
+    for resource, future in admin.incremental_alter_configs(changes).items():
+        try:
+            future.result(timeout=30)
+        except KafkaException as exc:
+            raise BottlerError(
+                f"cannot change the settings of topic {resource.name}: {exc.args[0].str()}",
+                "check the -T topic settings and the broker's permissions (AlterConfigs)",
+            ) from None
 
 
 def unreachable_broker(reason: object, broker: str = "") -> BottlerError:

@@ -11,15 +11,28 @@ from __future__ import annotations
 import typer
 
 from common.errors import BottlerError
+from common.kafka import prefix_problem
 
 Broker = typer.Option("localhost:9092", "--broker", "-b", envvar="BOTTLER_KAFKA",
                       help="Kafka bootstrap servers [env: BOTTLER_KAFKA]")
 SchemaRegistry = typer.Option("http://localhost:8081", "--schema-registry", "-r",
                               envvar="BOTTLER_REGISTRY",
                               help="Schema registry URL [env: BOTTLER_REGISTRY]")
+def _topic_prefix(value: str) -> str:
+    if problem := prefix_problem(value):
+        raise typer.BadParameter(f"{problem}, got {value!r}")
+    return value
+
+
 TopicPrefix = typer.Option("", "--topic-prefix", "-p", envvar="BOTTLER_TOPIC_PREFIX",
-                           help="The capture's --topic-prefix.")
+                           callback=_topic_prefix, help="The capture's --topic-prefix.")
 MetricsPort = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on this port.")
+# Loopback unless asked: metrics name tables and hosts, and nobody off the machine needs them
+# (a container, scraped over its network, passes 0.0.0.0).
+METRICS_HOST = "127.0.0.1"
+MetricsHost = typer.Option(METRICS_HOST, "--metrics-host", envvar="BOTTLER_METRICS_HOST",
+                           help="Address the metrics are served on (0.0.0.0: every interface) "
+                           "[env: BOTTLER_METRICS_HOST]")
 
 POISON_POLICIES = ("dead-letter", "stop")
 
@@ -60,9 +73,10 @@ def poison_policy(value: str) -> str:
     return value
 
 
-def serve_metrics(port: int | None) -> None:
-    """Serve the process's Prometheus metrics on --metrics-port, if one was given."""
+def serve_metrics(port: int | None, host: str = METRICS_HOST) -> None:
+    """Serve the process's Prometheus metrics on --metrics-host:--metrics-port, if a port was
+    given."""
     if port:
         from prometheus_client import start_http_server
 
-        start_http_server(port)
+        start_http_server(port, addr=host)

@@ -499,9 +499,11 @@ def test_bad_input_about_tables_is_refused_clearly(
         (["-C", "no.such.property=1"], ("-C", "No such configuration property",
                                          '"no.such.property"')),
         (["-C", "linger.ms=soon"], ("-C", "Invalid value", "queue.buffering.max.ms")),
+        # noida-db takes the topic; the registry's URLs cannot carry its subjects (a raw 404)
+        (["--topic-prefix", "shop/eu"], ("--topic-prefix", "ASCII letters", "got 'shop/eu'")),
     ],
     ids=["on-error", "output-format", "snapshot-workers", "slot", "C-novalue", "C-unknown",
-         "C-bad-value"],
+         "C-bad-value", "topic-prefix"],
 )
 def test_invalid_flag_values_fail_clearly(stack, source, prefix, make_role, publication,
                                           passwords, flags, expected):

@@ -519,6 +519,7 @@ def test_app_runs_its_bottler_command_with_metrics(services: dict[str, Any], nam
     assert args[: len(APPS[name])] == APPS[name]
     _, params = parse_bottler(services[name])
     assert params["metrics_port"] == METRICS_PORT
+    assert params["metrics_host"] == "0.0.0.0", "Prometheus scrapes it from another container"
     assert services[name].get("restart") in ("unless-stopped", "always", "on-failure"), (
         "an app that exits (its broker gone) must be restarted: it resumes where it stopped")
     healthcheck = json.dumps(services[name]["healthcheck"]["test"])

@@ -332,3 +332,42 @@ def test_unwritable_store_answers_50001_and_recovers(tmp_path):
     finally:
         for proc in reversed(started):
             stop(proc)
+
+
+# -- request sizes ---------------------------------------------------------------------------
+
+
+def test_request_bodies_are_capped_and_an_oversized_schema_is_named(stack):
+    subject = unique("big-value")
+    url = f"{stack.registry_url}/subjects/{subject}/versions"
+    headers = {"content-type": MEDIA_TYPE}
+
+    def refused_as_too_large(reply: httpx.Response) -> str:
+        assert reply.status_code == 413, reply.text
+        body = reply.json()
+        assert body["error_code"] == 413 and set(body) == {"error_code", "message"}
+        return body["message"]
+
+    # 60 MB declared: refused before it is read, in Confluent's error shape
+    huge = httpx.post(url, content=b" " * 60_000_000, headers=headers, timeout=60)
+    assert "larger than this registry accepts" in refused_as_too_large(huge)
+
+    # no declared length (chunked): refused once the reading passes the limit
+    def chunks():
+        for _ in range(40):
+            yield b" " * 65536
+
+    chunked = httpx.post(url, content=chunks(), headers=headers, timeout=60)
+    assert "--max-request-bytes" in refused_as_too_large(chunked)
+
+    # a body under the limit whose record is over the topic's limit (every "é" is stored as
+    # a 7-byte escape): the schema is named as the cause, not the broker
+    doc = "é" * 400_000
+    schema = user_schema(name="Big")[:-1] + f', "doc": "{doc}"}}'
+    stored = httpx.post(url, content=json.dumps({"schema": schema}, ensure_ascii=False).encode(),
+                        headers=headers, timeout=60)
+    message = refused_as_too_large(stored)
+    assert "schema is too large to store" in message and "broker" not in message
+    # nothing was written: the subject does not exist, and the registry still writes
+    assert httpx.get(url).status_code == 404
+    assert httpx.post(url, json={"schema": V1}).status_code == 200

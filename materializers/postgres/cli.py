@@ -21,15 +21,20 @@ def materialize_postgres(
     on_poison: str = options.on_poison(),
     batch_size: int = options.batch_size(),
     once: bool = options.once(),
+    adopt_existing: bool = typer.Option(
+        False, "--adopt-existing",
+        help="Write into target tables that already hold rows the replica did not write "
+        "(rows with the source's keys are overwritten; other rows and columns are kept)."),
     metrics_port: int | None = options.MetricsPort,
+    metrics_host: str = options.MetricsHost,
 ) -> None:
     """Keep a replica of the captured tables in the target database (no foreign keys)."""
     from materializers.core import Materializer
     from materializers.postgres.sink import PostgresSink
 
     options.poison_policy(on_poison)
-    options.serve_metrics(metrics_port)
-    sink = PostgresSink(target, group_id)
+    options.serve_metrics(metrics_port, metrics_host)
+    sink = PostgresSink(target, group_id, adopt_existing=adopt_existing)
     gctune.tune()
     try:
         materializer = Materializer(

@@ -8,7 +8,7 @@ the target match. Never a foreign key.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,18 +139,22 @@ def create_statements(table: TableId, shape: TableShape) -> list[str]:
     return statements
 
 
-def evolve_statements(table: TableId, existing: TableShape, desired: TableShape) -> list[str]:
-    """``ALTER TABLE`` statements taking ``existing`` to ``desired``: dropped columns dropped,
+def evolve_statements(table: TableId, existing: TableShape, desired: TableShape,
+                      owned: Collection[str]) -> list[str]:
+    """``ALTER TABLE`` statements taking ``existing`` to ``desired``, touching only the
+    ``owned`` columns (those the replica created) of what is there: dropped columns dropped,
     new ones added (nullable; the rows already there get the source's ``pg.missing`` value, the
     one its older rows read for a column added with a default, else NULL), type changes
     through ``USING col::text::newtype``, NOT NULL dropped where the source dropped it (set only
-    at creation). A renamed column is a drop plus an add. The primary key is kept."""
+    at creation). A renamed column is a drop plus an add. The primary key is kept, and so is
+    every column the replica did not create."""
     name = qualified(table)
     wanted = {c.name for c in desired.columns}
     have = {c.name: c for c in existing.columns}
     out = []
     for column in existing.columns:
-        if column.name not in wanted and column.name not in existing.key:
+        if (column.name not in wanted and column.name not in existing.key
+                and column.name in owned):
             out.append(f"alter table {name} drop column {quote(column.name)}")
     for column in desired.columns:
         current = have.get(column.name)
@@ -164,6 +168,8 @@ def evolve_statements(table: TableId, existing: TableShape, desired: TableShape)
                            f" default {literal}::{column.type}")
                 out.append(f"alter table {name} alter column {col} drop default")
             continue
+        if column.name not in owned:
+            continue  # the user's column: ownership.conflicts checked that it takes the values
         if current.type != column.type:
             out.append(f"alter table {name} alter column {col} type {column.type}"
                        f" using {col}::text::{column.type}")

@@ -26,6 +26,7 @@ import psycopg
 from common.pg import connect
 from materializers.core.changes import Change, TableId, TopicPartition
 from materializers.core.sink import Offsets, RejectedChange
+from materializers.postgres import ownership
 from materializers.postgres.ddl import (
     ColumnShape,
     TableShape,
@@ -91,13 +92,18 @@ class PostgresSink:
     """Writes changes into ``target_dsn``; offsets are kept in ``bottler.offsets`` under
     ``group_id`` (the materializer's consumer group), in the same transaction as the rows.
 
+    It never destroys what it did not create (see :mod:`~materializers.postgres.ownership`): a
+    non-empty table that exists before the replica meets it is written into only with
+    ``adopt_existing``, and columns the replica did not create are never dropped or retyped.
+
     Counters: ``rows_written`` (rows COPYed), ``rows_staged`` (of them, through a staging
     table), ``flushes``.
     """
 
-    def __init__(self, target_dsn: str, group_id: str):
+    def __init__(self, target_dsn: str, group_id: str, adopt_existing: bool = False):
         self.target_dsn = target_dsn
         self.group_id = group_id
+        self.adopt_existing = adopt_existing
         self.rows_written = 0
         self.rows_staged = 0
         self.flushes = 0
@@ -187,6 +193,18 @@ class PostgresSink:
         segments.clear()
 
     def _apply(self, segment: _Segment) -> None:
+        try:
+            self._apply_segment(segment)
+        except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as exc:
+            # a column of the user's (adopted table) or a constraint of theirs refuses a row
+            raise ownership.TargetConflict(
+                f"target table {segment.table} refused the replica's rows:"
+                f" {exc.diag.message_primary or exc}",
+                "make the target table accept the source's rows (its column types, NOT NULL"
+                " and constraints), or drop it so that the replica creates its own",
+            ) from None
+
+    def _apply_segment(self, segment: _Segment) -> None:
         table = self._table(segment)
         if table is None:
             return  # only deletes of a table the target never had: nothing to do
@@ -292,8 +310,10 @@ class PostgresSink:
 
     def _truncate(self, table_id: TableId) -> None:
         known = self._tables.get(table_id)
-        if known is None and existing_shape(self._conn, table_id) is None:
-            return
+        if known is None:
+            if existing_shape(self._conn, table_id) is None:
+                return
+            ownership.claim(self._conn, table_id, self.adopt_existing)
         self._conn.execute(f"truncate {qualified(table_id)}")
 
     # -- tables --------------------------------------------------------------------------
@@ -310,6 +330,7 @@ class PostgresSink:
                 return None
             if segment.key_schema is None:
                 return None
+            ownership.claim(self._conn, segment.table, self.adopt_existing)
             known = self._describe(segment.table, existing, segment.key_schema, None)
             self._tables[segment.table] = known
             return known
@@ -318,13 +339,23 @@ class PostgresSink:
                                 lambda f: self._target_type(f, named))
         if existing is None:
             statements = create_statements(segment.table, desired)
+            owned = ownership.Ownership(adopted=False, columns=frozenset())
             log.info("creating %s", segment.table)
         else:
-            statements = evolve_statements(segment.table, existing, desired)
+            owned = ownership.claim(self._conn, segment.table, self.adopt_existing)
+            ownership.conflicts(self._conn, segment.table, existing, desired, owned)
+            statements = evolve_statements(segment.table, existing, desired, owned.columns)
             if statements:
                 log.info("evolving %s: %s", segment.table, "; ".join(statements))
         for statement in statements:
             self._conn.execute(statement)
+        # the replica's columns now: its own the source still has, and those it just added
+        have = {c.name for c in existing.columns} if existing else set()
+        wanted = {c.name for c in desired.columns}
+        mine = (owned.columns & wanted) | (wanted - have)
+        if existing is None or mine != owned.columns:
+            ownership.record(self._conn, segment.table,
+                             ownership.Ownership(owned.adopted, frozenset(mine)))
         known = self._describe(segment.table, desired, schema, segment.value_schema_id)
         self._tables[segment.table] = known
         return known
@@ -381,7 +412,7 @@ class PostgresSink:
             self._conn.execute(statement)
         self._conn.commit()
         with self._conn.transaction():
-            for statement in OFFSETS_DDL:
+            for statement in OFFSETS_DDL + ownership.OWNERSHIP_DDL:
                 self._conn.execute(statement)
 
     def _reset(self) -> None:

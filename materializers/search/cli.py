@@ -52,6 +52,7 @@ def materialize_search(
     batch_size: int = BatchSize,
     once: bool = options.once(),
     metrics_port: int | None = options.MetricsPort,
+    metrics_host: str = options.MetricsHost,
 ) -> None:
     """Keep a search index current from the table topics (one document per row); follows the
     alias when `bottler reindex` moves it to a rebuilt index."""
@@ -60,7 +61,7 @@ def materialize_search(
 
     reader_options = _reader_options(broker, schema_registry, topic_prefix, topics, mapping,
                                      transform, on_poison, batch_size)
-    options.serve_metrics(metrics_port)
+    options.serve_metrics(metrics_port, metrics_host)
     reader = LiveReader(SearchClient(search), index, reader_options)
     if once:
         reader.run_until_caught_up()

@@ -27,6 +27,7 @@ def translate(
     batch_size: int = options.batch_size(500, "Input messages per transaction (at most)."),
     once: bool = options.once(),
     metrics_port: int | None = options.MetricsPort,
+    metrics_host: str = options.MetricsHost,
 ) -> None:
     """Translate captured table changes into business events, exactly once."""
     from materializers.translators.loading import load
@@ -35,7 +36,7 @@ def translate(
     options.poison_policy(on_poison)
     translator = load(name)
     # metrics first: they tell the stack we are up while we wait for the topics
-    options.serve_metrics(metrics_port)
+    options.serve_metrics(metrics_port, metrics_host)
     runner = TranslatorRunner(
         translator, bootstrap=broker, registry=schema_registry, topic_prefix=topic_prefix,
         output_prefix=output_prefix, group_id=group_id, on_poison=on_poison,  # type: ignore[arg-type]

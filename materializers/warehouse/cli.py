@@ -4,6 +4,7 @@ bottler/cli.py)."""
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import typer
@@ -34,12 +35,14 @@ def materialize_warehouse(
     interval: float = typer.Option(1.0, "--interval",
                                    help="Seconds between micro-batches when idle."),
     metrics_port: int | None = options.MetricsPort,
+    metrics_host: str = options.MetricsHost,
 ) -> None:
     """Merge the table topics into Delta Lake tables with PySpark."""
     from materializers.warehouse.job import WarehouseJob, spark_session
 
     options.poison_policy(on_poison)  # before Spark takes its seconds to start
-    options.serve_metrics(metrics_port)
+    _writable(path)
+    options.serve_metrics(metrics_port, metrics_host)
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
     spark = spark_session(master)
@@ -95,6 +98,21 @@ def vacuum_command(
     for name, table in maintenance.tables(path, tables):
         files = maintenance.vacuum(table, retention_hours, dry_run)
         typer.echo(f"{name}: {len(files)} files {'to delete' if dry_run else 'deleted'}")
+
+
+def _writable(path: Path) -> None:
+    """The warehouse directory exists (created if missing) and takes a file: checked before
+    Spark's start, which takes seconds to minutes, rather than failing in its first write."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".bottler-write-check-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise BottlerError(
+            f"the warehouse directory {path} is not writable: {exc.strerror or exc}",
+            "give --path (BOTTLER_WAREHOUSE_PATH) a directory this user may write to",
+        ) from None
 
 
 def _exists(path: Path) -> None:

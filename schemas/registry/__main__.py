@@ -3,6 +3,7 @@
 import argparse
 import sys
 
+from .app import MAX_REQUEST_BYTES
 from .server import serve
 from .store import StoreError
 
@@ -16,9 +17,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8081, help="port to listen on")
     parser.add_argument("--kafka", default="127.0.0.1:9092", help="Kafka bootstrap servers")
     parser.add_argument("--topic", default="_schemas", help="compacted topic holding the schemas")
+    parser.add_argument("--max-request-bytes", type=int, default=MAX_REQUEST_BYTES,
+                        help="larger request bodies are refused (HTTP 413)")
     args = parser.parse_args(argv)
     try:
-        serve(args.host, args.port, args.kafka, args.topic)
+        serve(args.host, args.port, args.kafka, args.topic, args.max_request_bytes)
     except StoreError as exc:
         print(f"schema registry: {exc}", file=sys.stderr)
         return 1

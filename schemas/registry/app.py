@@ -19,9 +19,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from . import compatibility as compat
-from .store import SchemaStore, StoreError, Version, canonical
+from .store import RecordTooLarge, SchemaStore, StoreError, Version, canonical
 
 MEDIA_TYPE = "application/vnd.schemaregistry.v1+json"
+# Request bodies above this are refused before they are read (HTTP 413): a schema is a few kB,
+# and a body is held in memory. Kafka's default max.message.bytes (1 MB) bounds a schema anyway.
+MAX_REQUEST_BYTES = 1024 * 1024
 log = logging.getLogger(__name__)
 
 
@@ -330,9 +333,29 @@ class Registry:
         return {"compatibilityLevel": previous}
 
 
-def _endpoint(api: Registry, handler: Callable[[Call], object]):
+def _too_large(limit: int) -> Response:
+    return _error(413, 413, f"Request body is larger than this registry accepts ({limit} bytes;"
+                  " its --max-request-bytes)")
+
+
+async def _body(request: Request, limit: int) -> bytes | None:
+    """The request body, or None past ``limit`` bytes (never read further)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            return None
+    return bytes(body)
+
+
+def _endpoint(api: Registry, handler: Callable[[Call], object], limit: int):
     async def endpoint(request: Request) -> Response:
-        raw = await request.body()
+        raw = await _body(request, limit)
+        if raw is None:
+            return _too_large(limit)
         try:
             body = json.loads(raw) if raw.strip() else {}
         except ValueError as exc:
@@ -344,6 +367,8 @@ def _endpoint(api: Registry, handler: Callable[[Call], object]):
             result = await run_in_threadpool(api.run, handler, call, request.method)
         except ApiError as exc:
             return _error(exc.status, exc.code, exc.message)
+        except RecordTooLarge as exc:  # the schema, not the broker: say so
+            return _error(413, 413, str(exc))
         except StoreError as exc:
             log.error("%s", exc)
             return _error(500, 50001, f"Error in the backend data store: {exc}")
@@ -362,8 +387,9 @@ async def _crash(request: Request, exc: Exception) -> Response:
     return _error(500, 500, f"Internal error: {type(exc).__name__}: {exc}")
 
 
-def create_app(store: SchemaStore) -> Starlette:
-    """The ASGI app serving `store`, which must be started already."""
+def create_app(store: SchemaStore, max_request_bytes: int = MAX_REQUEST_BYTES) -> Starlette:
+    """The ASGI app serving `store`, which must be started already; request bodies over
+    ``max_request_bytes`` are refused with HTTP 413."""
     api = Registry(store)
     table = [
         ("GET", "/", api.root),
@@ -388,7 +414,8 @@ def create_app(store: SchemaStore) -> Starlette:
         ("PUT", "/config/{subject}", api.put_config),
         ("DELETE", "/config/{subject}", api.delete_config),
     ]
-    routes = [Route(path, _endpoint(api, fn), methods=[method]) for method, path, fn in table]
+    routes = [Route(path, _endpoint(api, fn, max_request_bytes), methods=[method])
+              for method, path, fn in table]
     return Starlette(
         routes=routes, exception_handlers={HTTPException: _http_error, Exception: _crash}
     )

@@ -4,13 +4,14 @@ import logging
 
 import uvicorn
 
-from .app import create_app
+from .app import MAX_REQUEST_BYTES, create_app
 from .store import SchemaStore
 
 log = logging.getLogger("schemas.registry")
 
 
-def serve(host: str, port: int, bootstrap: str, topic: str = "_schemas") -> None:
+def serve(host: str, port: int, bootstrap: str, topic: str = "_schemas",
+          max_request_bytes: int = MAX_REQUEST_BYTES) -> None:
     """Serve the registry until interrupted. Raises StoreError if Kafka cannot be used."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     store = SchemaStore(bootstrap, topic)
@@ -20,6 +21,6 @@ def serve(host: str, port: int, bootstrap: str, topic: str = "_schemas") -> None
             "schema registry serving http://%s:%d (schemas in topic %s on %s)",
             host, port, topic, bootstrap,
         )
-        uvicorn.run(create_app(store), host=host, port=port, log_level="warning")
+        uvicorn.run(create_app(store, max_request_bytes), host=host, port=port, log_level="warning")
     finally:
         store.close()

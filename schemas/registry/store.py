@@ -35,6 +35,10 @@ class StoreError(RuntimeError):
     """The Kafka topic behind the registry cannot be read or written."""
 
 
+class RecordTooLarge(StoreError):
+    """A record larger than the topic (or the producer) accepts: nothing was written."""
+
+
 def canonical(schema_text: str) -> str:
     """The form two schema texts are compared in: same JSON, same string."""
     return json.dumps(json.loads(schema_text), sort_keys=True, separators=(",", ":"))
@@ -230,15 +234,23 @@ class SchemaStore:
                 "message.timeout.ms": int(self.timeout * 1000),
             })
         outcome: list = []
+        encoded = _encode(value)
         try:
             self._producer.produce(
-                self.topic, key=_encode(key), value=_encode(value), partition=0,
+                self.topic, key=_encode(key), value=encoded, partition=0,
                 on_delivery=lambda err, _msg: outcome.append(err),
             )
             self._producer.flush(self.timeout + 5)
         except (KafkaException, BufferError) as exc:
             outcome.append(exc)
         if outcome != [None]:
+            error = outcome[0].args[0] if outcome and isinstance(outcome[0], KafkaException) \
+                else (outcome or [None])[0]
+            if isinstance(error, KafkaError) and error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                raise RecordTooLarge(
+                    f"The schema is too large to store: its record of {len(encoded or b'')} bytes"
+                    f" exceeds what Kafka accepts in topic {self.topic!r} (the topic's"
+                    " max.message.bytes, 1 MB by default). Register a smaller schema.")
             # A producer that failed may be stuck (fatal idempotence state): start afresh.
             self._producer = None
             self._stale = True
