@@ -28,8 +28,10 @@ def ensure_topics(
     plain: list[str] = (),
     config: dict[str, str] | None = None,
     partitions: int = 1,
+    created: list[str] | None = None,
 ) -> None:
-    """Create the missing topics; ``config`` (the user's -T settings) applies to all of them."""
+    """Create the missing topics; ``config`` (the user's -T settings) applies to all of them.
+    Those created are added to ``created`` (a failed start removes them again)."""
     wanted = {t: {**(config or {}), "cleanup.policy": "compact"} for t in compacted}
     wanted |= {t: {**(config or {}), "cleanup.policy": "delete"} for t in plain}
     try:
@@ -42,15 +44,20 @@ def ensure_topics(
     ]
     if not new:
         return
+    failure = None
     for topic, future in admin.create_topics(new).items():
         try:
             future.result(timeout=30)
+            if created is not None:
+                created.append(topic)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise BottlerError(
+                failure = failure or BottlerError(
                     f"cannot create topic {topic}: {exc.args[0].str()}",
                     "check the broker's permissions and the -T topic settings",
-                ) from None
+                )
+    if failure:
+        raise failure
 
 
 def unreachable_broker(reason: object, broker: str = "") -> BottlerError:
