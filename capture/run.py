@@ -56,7 +56,15 @@ def _run(s: CaptureSettings, catalog, stop: threading.Event) -> None:
     source.check_toast(catalog, published, s.replica_identity_full)
     control = ControlEvents(s.topic_prefix, s.output_format, registrar)
     progress = state.CaptureState(s.broker, s.topic_prefix, s.kafka_config)
+    try:
+        _start_and_stream(s, catalog, stop, admin, registrar, publications, control, progress)
+    finally:
+        progress.close()
 
+
+def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, admin: AdminClient,
+                      registrar: Registrar | None, publications: Publications,
+                      control: ControlEvents, progress: state.CaptureState) -> None:
     undo = Undo(s.postgres, admin)
     with undo.on_failure():
         topics.ensure_topics(admin, [progress.topic], config=s.topic_config, created=undo.topics)

@@ -71,6 +71,10 @@ class CaptureState:
         if keys:
             self._produce(dict.fromkeys(keys))
 
+    def close(self) -> None:
+        """Let go of the producer (it would keep retrying a broker that went away)."""
+        self._producer = None
+
     def _produce(self, states: dict[str, dict | None]) -> None:
         if self._producer is None:
             self._producer = Producer({**self.extra, "bootstrap.servers": self.bootstrap,
