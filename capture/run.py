@@ -82,6 +82,9 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, admin:
             if job is not None:
                 try:
                     _plan(s, job, tables, publications)
+                    log.info("resuming the snapshot of slot %s: %d chunks were copied before, "
+                             "%d remain, copied from a new snapshot", s.slot, len(job.done),
+                             len(job.chunks))
                     progress.write(s.slot, snapshot=state.SNAPSHOT_STARTED,
                                    consistent_lsn=job.consistent_lsn, layout=job.layout)
                 except BaseException:
@@ -181,17 +184,13 @@ def _plan(s: CaptureSettings, job: SnapshotJob, tables: Tables,
         in_snapshot = publications.published(conn)
         specs = {t.oid: tables.spec(t) for t in in_snapshot}
         job.chunks, job.layout = snapshot.plan(
-            conn, in_snapshot, specs, s.snapshot_workers, s.snapshot_chunk_pages,
-            job.layout, job.done)
+            conn, in_snapshot, specs, s.snapshot_chunk_pages, job.layout, job.done)
         job.estimates = dict(conn.execute(  # for the progress bars
             "select n.nspname || '.' || c.relname, greatest(c.reltuples, 0)::bigint "
             "from pg_class c join pg_namespace n on n.oid = c.relnamespace "
             "where c.oid = any(%s)", ([t.oid for t in in_snapshot],),
         ).fetchall())
         conn.rollback()
-    if job.done:
-        log.info("resuming the snapshot: %d chunks were copied before, %d remain (copied "
-                 "from a new snapshot)", len(job.done), len(job.chunks))
 
 
 def _copy(s: CaptureSettings, job: SnapshotJob, progress: state.CaptureState, recorded: dict,

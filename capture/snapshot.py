@@ -62,11 +62,12 @@ class Chunk:
 
 
 def plan(
-    conn, tables: list[SourceTable], specs: dict[int, CodecSpec], workers: int,
-    chunk_pages: int, layout: dict | None = None, done: set[str] = frozenset(),
+    conn, tables: list[SourceTable], specs: dict[int, CodecSpec], chunk_pages: int,
+    layout: dict | None = None, done: set[str] = frozenset(),
 ) -> tuple[list[Chunk], dict]:
-    """Split tables into page ranges of at least ``chunk_pages`` (big tables in pieces, so
-    workers share them); return the chunks still to copy and the layout that names them.
+    """Split tables into ranges of ``chunk_pages`` pages (so workers share big tables, and a
+    restart resumes from the last acknowledged range); return the chunks still to copy and the
+    layout that names them.
 
     ``layout`` (a resumed snapshot's, by table: its file node, pages per chunk and chunk count)
     keeps a table's earlier ranges while its file is the same, so ``done`` chunks are skipped;
@@ -82,8 +83,8 @@ def plan(
         before = layout.get(t.qualified)
         if before and before["filenode"] == filenode:
             size, count = before["size"], before["chunks"]
-        else:
-            size = max(chunk_pages, -(-pages // (workers * 4)))
+        else:  # small pieces: the unit a restart resumes from, and what workers share
+            size = chunk_pages
             count = len(range(0, max(pages, 1), size))
         new_layout[t.qualified] = {"filenode": filenode, "size": size, "chunks": count}
         for i in range(count):
@@ -132,12 +133,14 @@ def copy_tables(
                 proc.start()
             while by_id:
                 if stop.is_set():
-                    log.warning("stop requested: ending the snapshot with %d of %d chunks "
+                    _drain(results, by_id, done, on_chunk)  # what was acknowledged is kept
+                    _end(procs)
+                    log.warning("stop requested: ended the snapshot with %d of %d chunks "
                                 "copied; the next run resumes it", len(chunks) - len(by_id),
                                 len(chunks))
                     return None
                 try:
-                    kind, *rest = results.get(timeout=0.2)
+                    message = results.get(timeout=0.2)
                 except queue.Empty:
                     if not any(p.is_alive() for p in procs) and results.empty():
                         codes = sorted({p.exitcode for p in procs})
@@ -146,20 +149,14 @@ def copy_tables(
                             f"{len(by_id)} chunks not copied",
                             "run the capture again: it resumes the snapshot") from None
                     continue
-                if kind == "rows":
-                    table, rows = rest
-                    done[table] = done.get(table, 0) + rows
-                    if table in tasks_bar:
-                        bar.update(tasks_bar[table], advance=rows)
-                    metrics.SNAPSHOT_ROWS.labels(table).set(done[table])
-                elif kind == "done":
-                    on_chunk(by_id.pop(rest[0]))
-                else:  # "error"
-                    raise BottlerError(*rest)
+                _handle(message, by_id, done, on_chunk, bar, tasks_bar)
             for table, task in tasks_bar.items():
                 bar.update(task, total=max(done[table], 1), completed=max(done[table], 1))
     finally:
-        _end(procs, tasks, results)
+        _end(procs)
+        for q in (tasks, results):
+            q.cancel_join_thread()  # unread chunks must not hold the exit
+            q.close()
     elapsed = time.monotonic() - started
     for table, n in done.items():
         log.info("snapshot %s: %d rows", table, n)
@@ -169,7 +166,34 @@ def copy_tables(
     return done
 
 
-def _end(procs, tasks, results) -> None:
+def _handle(message, by_id, done, on_chunk, bar=None, tasks_bar=None) -> None:
+    kind, *rest = message
+    if kind == "rows":
+        table, rows = rest
+        done[table] = done.get(table, 0) + rows
+        if bar and table in tasks_bar:
+            bar.update(tasks_bar[table], advance=rows)
+        metrics.SNAPSHOT_ROWS.labels(table).set(done[table])
+    elif kind == "done":
+        on_chunk(by_id.pop(rest[0]))
+    else:  # "error"
+        raise BottlerError(*rest)
+
+
+def _drain(results, by_id, done, on_chunk) -> None:
+    """Record the chunks acknowledged so far (errors no longer matter), for at most a second:
+    the workers, still running, keep reporting."""
+    deadline = time.monotonic() + 1
+    while time.monotonic() < deadline:
+        try:
+            message = results.get(timeout=0.05)
+        except queue.Empty:
+            return
+        if message[0] != "error":
+            _handle(message, by_id, done, on_chunk)
+
+
+def _end(procs) -> None:
     """Workers still running (a stop, an error) are ended: SIGTERM, then SIGKILL."""
     for proc in procs:
         if proc.is_alive():
@@ -182,9 +206,6 @@ def _end(procs, tasks, results) -> None:
         if proc.is_alive():
             proc.kill()
             proc.join()
-    for q in (tasks, results):
-        q.cancel_join_thread()  # unread chunks must not hold the exit
-        q.close()
 
 
 class RateColumn(ProgressColumn):
