@@ -197,7 +197,7 @@ def _copy(s: CaptureSettings, job: SnapshotJob, progress: state.CaptureState, re
           stop: threading.Event) -> bool:
     """Copy the snapshot's chunks, recording each one Kafka acknowledged; False if stopped."""
     def acknowledged(chunk: snapshot.Chunk) -> None:
-        progress.write(f"{s.slot}/chunk/{chunk.id}", lsn=job.consistent_lsn)
+        progress.record(f"{s.slot}/chunk/{chunk.id}", lsn=job.consistent_lsn)
 
     try:
         rows = snapshot.copy_tables(
@@ -207,6 +207,7 @@ def _copy(s: CaptureSettings, job: SnapshotJob, progress: state.CaptureState, re
         )
     finally:
         job.release()
+        progress.flush()
     if rows is None:
         log.info("capture stopped during the snapshot; the next run resumes it")
         return False

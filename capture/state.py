@@ -25,6 +25,7 @@ class CaptureState:
         self.topic = with_prefix(prefix, STATE)
         self.extra = extra_config or {}
         self._producer: Producer | None = None
+        self._errors: list = []  # failed deliveries, reported by the next write or flush
 
     def read(self, key: str) -> dict | None:
         """The last state recorded under ``key``."""
@@ -66,6 +67,14 @@ class CaptureState:
         """Record ``state`` under ``key``, durably (acknowledged) before returning."""
         self._produce({key: state})
 
+    def record(self, key: str, **state) -> None:
+        """Record ``state`` under ``key`` without waiting for the acknowledgement (flush()
+        waits): for frequent records, where a lost one only means work done again."""
+        self._produce({key: state}, wait=False)
+
+    def flush(self) -> None:
+        self._produce({})
+
     def forget(self, keys: list[str]) -> None:
         """Tombstones for ``keys``, so compaction removes them."""
         if keys:
@@ -75,16 +84,19 @@ class CaptureState:
         """Let go of the producer (it would keep retrying a broker that went away)."""
         self._producer = None
 
-    def _produce(self, states: dict[str, dict | None]) -> None:
+    def _produce(self, states: dict[str, dict | None], wait: bool = True) -> None:
         if self._producer is None:
             self._producer = Producer({**self.extra, "bootstrap.servers": self.bootstrap,
                                        "enable.idempotence": True, "acks": "all"})
-        errors = []
+        errors = self._errors
         for key, state in states.items():
             self._producer.produce(
                 self.topic, key=key.encode(),
                 value=None if state is None else json.dumps(state).encode(),
                 on_delivery=lambda err, _: errors.append(err) if err else None)
+        if not wait:
+            self._producer.poll(0)
+            return
         if self._producer.flush(30) or errors:
             raise BottlerError(
                 f"cannot record the capture state in {self.topic}: "
