@@ -90,6 +90,7 @@ class Publications:
         self.unkeyed = unkeyed_name(self.main) if self.managed and allow_unkeyed else None
         self.tables = [_qualify(t) for t in tables]
         self.allow_unkeyed = allow_unkeyed
+        self._failed: set[int] = set()  # tables a scan could not move, named once
 
     # -- start-up: checks only, nothing is created ------------------------------------------
     def check(self) -> list[SourceTable]:
@@ -98,6 +99,17 @@ class Publications:
             published = source.published_tables(self.conn, [self.main], self.tables)
             source.check_keys(published, self.allow_unkeyed)
             return published
+        for name, in self.conn.execute(
+                "select pubname from pg_publication where pubname = any(%s) and puballtables",
+                ([n for n in (self.main, self.unkeyed) if n],)).fetchall():
+            raise BottlerError(
+                f"publication {name} is FOR ALL TABLES (made by an earlier version?): it makes "
+                "PostgreSQL refuse UPDATE and DELETE on every table without a replica identity, "
+                "and cannot be changed into a list of tables",
+                f"drop it (DROP PUBLICATION {sql.Identifier(name).as_string(self.conn)};) and "
+                f"the slot (bottler slot drop --slot <slot>), then run again: the capture "
+                "creates a publication of exactly its tables and takes a new snapshot",
+            )
         wanted = self.candidates()
         if self.tables:
             by_name = {c.qualified: c for c in wanted}
@@ -211,9 +223,12 @@ class Publications:
                         f"{source.first_line(exc)}",
                         f"have the table's owner (or a superuser) run: {fix}; (see {SETUP_DOC})",
                     ) from None
-                log.warning("%s: %s; have its owner run: %s;", c.qualified,
-                            source.first_line(exc), fix)
+                if c.oid not in self._failed:  # once, not at every scan
+                    self._failed.add(c.oid)
+                    log.warning("%s: %s; have its owner run: %s;", c.qualified,
+                                source.first_line(exc), fix)
                 continue
+            self._failed.discard(c.oid)
             if want:
                 joined.append(c)
             log.info("%s: %s", c.qualified, _why(c, want, have))

@@ -252,6 +252,7 @@ class Streamer:
             self.tracker.seal(self._batch, m.end_lsn)
             self._batch = None
             self._publish_counts()
+            self._maybe_scan_tables()  # a busy stream is seldom idle: between transactions
         elif kind is pgoutput.Relation:
             self._relation(m)
         elif kind is pgoutput.Truncate:

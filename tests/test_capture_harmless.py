@@ -100,7 +100,9 @@ def test_applications_writes_never_fail_during_or_after_the_capture(
                 "create table later_keyed (id int primary key)",
                 "insert into later_unkeyed values (1), (2)",
                 "insert into later_keyed values (1), (2)")
-        topic_state(stack, f"{prefix}.later_keyed", 2)
+        topic_state(stack, f"{prefix}.later_keyed", 2)  # copied when it joined
+        execute(source, "insert into later_keyed values (3)")
+        topic_state(stack, f"{prefix}.later_keyed", 3)  # then streamed
         execute(source, "update later_unkeyed set a = 3 where a = 1",
                 "delete from later_unkeyed where a = 2")
         if allow_unkeyed:
@@ -174,3 +176,12 @@ def test_a_failed_start_keeps_what_existed_before(stack, source, prefix, start, 
     error = start().wait_failed()
     assert "max_wal_senders" in str(error)
     assert leftovers(stack, source, prefix) == before
+
+
+def test_an_earlier_for_all_tables_publication_is_refused_with_the_fix(stack, source, prefix,
+                                                                      start):
+    execute(source, "create table items (id int primary key)",
+            f"create publication {prefix} for all tables")
+    error = start().wait_failed()
+    assert "FOR ALL TABLES" in str(error) and f'DROP PUBLICATION "{prefix}"' in str(error)
+    assert rows(source, "select count(*) from pg_replication_slots") == [(0,)]
