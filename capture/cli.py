@@ -62,6 +62,10 @@ def capture(
                                            help="Use this existing publication."),
     snapshot_workers: int | None = typer.Option(None, "--snapshot-workers",
                                                 help="Parallel snapshot processes [default: 2]"),
+    snapshot_chunk_pages: int | None = typer.Option(
+        None, "--snapshot-chunk-pages",
+        help="Pages (8 kB) per snapshot chunk: the unit a restarted snapshot resumes from "
+             "[default: 2000]"),
     metrics_port: int | None = typer.Option(None, "--metrics-port",
                                             help="Serve Prometheus metrics on this port."),
     metrics_host: str | None = typer.Option(
@@ -90,7 +94,9 @@ def capture(
         topic_prefix=topic_prefix, on_error=on_error, skip_snapshot=skip_snapshot or None,
         kafka_config=_props(kafka_config, "-C"), topic_config=_props(topic_config, "-T"),
         tables=names, publication=publication, snapshot_workers=snapshot_workers,
-        metrics_port=metrics_port, metrics_host=metrics_host, heartbeat_interval=heartbeat_interval,
+        snapshot_chunk_pages=snapshot_chunk_pages,
+        metrics_port=metrics_port, metrics_host=metrics_host,
+        heartbeat_interval=heartbeat_interval,
         confirm_delay=confirm_delay,
         transaction_topic=transaction_topic or None,
         replica_identity_full=replica_identity_full or None, config_file=config,

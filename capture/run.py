@@ -1,22 +1,26 @@
-"""The capture from start to finish: checks, slot and snapshot (or resume), then the stream."""
+"""The capture from start to finish: checks, then publications, topics and slot (removed again if
+the start fails), the snapshot (new, or resumed), then the stream."""
 
 from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from capture import metrics, snapshot, source, state, topics
 from capture.control import ControlEvents
-from capture.pgoutput import lsn_to_str
+from capture.pgoutput import lsn_to_str, str_to_lsn
+from capture.publication import Publications, Watcher
 from capture.publisher import DataError, Publisher
 from capture.registrar import Registrar
 from capture.settings import CaptureSettings
-from capture.slot import create_slot, drop_slot, slot_exists
+from capture.slot import create_slot, drop_slot
 from capture.stream import Streamer
 from capture.tables import Tables
+from capture.undo import Undo
 from common import gctune
 from common.errors import BottlerError
 from common.redact import redact
@@ -33,86 +37,195 @@ def run_capture(settings: CaptureSettings, stop: threading.Event | None = None) 
         metrics.serve(s.metrics_port, s.metrics_host, s.postgres, s.slot)
 
     catalog = source.session_connect(s.postgres, autocommit=True)
+    try:
+        _run(s, catalog, stop)
+    finally:
+        catalog.close()
+
+
+def _run(s: CaptureSettings, catalog, stop: threading.Event) -> None:
+    # Every check runs before anything is created: the database, Kafka, the registry, the tables.
     source.preflight(catalog, s.slot)
-    # Kafka and the registry are checked before anything is created in the database.
     admin = AdminClient({**s.kafka_config, "bootstrap.servers": s.broker,
                          "log_level": 2})  # _check_broker reports failures, once
     _check_broker(admin, s.broker)
     registrar = Registrar(s.schema_registry) if s.output_format == "avro" else None
     if registrar:
         registrar.check()
-    source.ensure_publication(catalog, s.publication_name, s.tables)
-    published = source.published_tables(catalog, s.publication_name, s.tables)
-    source.check_keys(published, s.allow_unkeyed)
+    publications = Publications(catalog, s.slot, s.publication, s.tables, s.allow_unkeyed)
+    published = publications.check()
     source.check_toast(catalog, published, s.replica_identity_full)
-
     control = ControlEvents(s.topic_prefix, s.output_format, registrar)
     progress = state.CaptureState(s.broker, s.topic_prefix, s.kafka_config)
-    # Control events must outlive every table message they refer to: no time-based deletion.
-    topics.ensure_topics(admin, [progress.topic], config=s.topic_config)
-    topics.ensure_topics(admin, [], control.topics, config={**s.topic_config, "retention.ms": "-1"})
+    try:
+        _start_and_stream(s, catalog, stop, admin, registrar, publications, control, progress)
+    finally:
+        progress.close()
 
-    tables = Tables(catalog, registrar, admin, s.topic_prefix, s.output_format,
-                    s.allow_unkeyed, s.topic_config)
-    publisher = Publisher(s.broker, s.kafka_config, on_data_error=_policy(s.on_error))
 
-    recorded = progress.read(s.slot)
-    if slot_exists(s.postgres, s.slot):
-        if recorded and recorded.get("snapshot") == state.SNAPSHOT_STARTED:
-            log.warning("slot %s exists but its snapshot never completed: starting over", s.slot)
-            drop_slot(s.postgres, s.slot)
+def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, admin: AdminClient,
+                      registrar: Registrar | None, publications: Publications,
+                      control: ControlEvents, progress: state.CaptureState) -> None:
+    undo = Undo(s.postgres, admin)
+    with undo.on_failure():
+        topics.ensure_topics(admin, [progress.topic], config=s.topic_config, created=undo.topics)
+        # Control events must outlive every table message they refer to: no time-based deletion.
+        topics.ensure_topics(admin, [], control.topics, created=undo.topics,
+                             config={**s.topic_config, "retention.ms": "-1"})
+        tables = Tables(catalog, registrar, admin, s.topic_prefix, s.output_format,
+                        s.allow_unkeyed, s.topic_config)
+        tables.created_topics = undo.topics
+        recorded = progress.read_all()
+        job = _resume_or_restart(s, catalog, recorded)
+        if job is not None or _slot_lsn(catalog, s.slot) is not None:
+            # the slot exists: tables that join now are copied by the stream
+            undo.publications += publications.create(with_tables=False)
+            if job is not None:
+                try:
+                    _plan(s, job, tables, publications)
+                    log.info("resuming the snapshot of slot %s: %d chunks were copied before, "
+                             "%d remain, copied from a new snapshot", s.slot, len(job.done),
+                             len(job.chunks))
+                    progress.write(s.slot, snapshot=state.SNAPSHOT_STARTED,
+                                   consistent_lsn=job.consistent_lsn, layout=job.layout)
+                except BaseException:
+                    job.release()
+                    raise
         else:
-            log.info("slot %s exists: resuming the stream where it left off", s.slot)
-    if not slot_exists(s.postgres, s.slot):
-        _new_slot(s, progress, tables)
+            undo.publications += publications.create(with_tables=True)
+            job = _new_slot(s, progress, tables, publications, undo)
+    publisher = Publisher(s.broker, s.kafka_config, on_data_error=_policy(s.on_error))
+    if job is not None and not _copy(s, job, progress, recorded, stop):
+        return
     metrics.SNAPSHOT_DONE.set(1)  # copied now, before, or skipped: the stream is what follows
 
     streamer = Streamer(
-        s.postgres, s.slot, s.publication_name, tables, control, publisher, admin,
+        s.postgres, s.slot, publications.existing(), tables, control, publisher, admin,
         heartbeats=catalog, heartbeat_interval=s.heartbeat_interval,
-        confirm_delay=s.confirm_delay,
-        transaction_topic=s.transaction_topic,
+        confirm_delay=s.confirm_delay, transaction_topic=s.transaction_topic,
+        watcher=Watcher(publications) if publications.managed else None, progress=progress,
     )
     gctune.tune()
-    try:
-        streamer.run(stop)
-    finally:
-        catalog.close()
+    streamer.run(stop)
     log.info("capture stopped; confirmed up to %s", lsn_to_str(streamer.confirmed_sent))
 
 
-def _new_slot(s: CaptureSettings, progress: state.CaptureState, tables: Tables) -> None:
+@dataclass
+class SnapshotJob:
+    """A snapshot to copy: the (exported) snapshot's name, held open by ``holder``."""
+
+    snapshot: str
+    consistent_lsn: int
+    holder: object  # closed once the copy ends
+    layout: dict = field(default_factory=dict)
+    done: set[str] = field(default_factory=set)
+    chunks: list[snapshot.Chunk] = field(default_factory=list)
+    estimates: dict[str, int] = field(default_factory=dict)
+
+    def release(self) -> None:
+        self.holder.close()
+
+
+def _resume_or_restart(s: CaptureSettings, catalog, recorded: dict) -> SnapshotJob | None:
+    """An existing slot whose snapshot never completed: resume the snapshot when the record of
+    it matches the slot, else drop the slot so it starts over."""
+    mine = recorded.get(s.slot) or {}
+    lsn = _slot_lsn(catalog, s.slot)
+    if lsn is None or mine.get("snapshot") != state.SNAPSHOT_STARTED:
+        if lsn is not None:
+            log.info("slot %s exists: resuming the stream where it left off", s.slot)
+        return None
+    if "layout" not in mine or mine.get("consistent_lsn") != lsn:
+        log.warning("slot %s exists but its snapshot never started copying: starting over",
+                    s.slot)
+        drop_slot(s.postgres, s.slot)
+        return None
+    # The slot's exported snapshot died with the process that made it. The rest is copied from
+    # a new snapshot: rows committed since the slot's position are also in the stream, which
+    # starts at that position and, replayed after the copy, ends with each row's latest state.
+    conn = source.session_connect(s.postgres)
+    conn.execute("begin isolation level repeatable read read only")
+    name = conn.execute("select pg_export_snapshot()").fetchone()[0]
+    done = {key.split("/chunk/", 1)[1] for key, value in recorded.items()
+            if key.startswith(f"{s.slot}/chunk/") and value.get("lsn") == lsn}
+    return SnapshotJob(name, lsn, conn, dict(mine["layout"]), done)
+
+
+def _new_slot(s: CaptureSettings, progress: state.CaptureState, tables: Tables,
+              publications: Publications, undo: Undo) -> SnapshotJob | None:
     if s.skip_snapshot:
         progress.write(s.slot, snapshot=state.SNAPSHOT_SKIPPED)
         create_slot(s.postgres, s.slot).release()
+        undo.slot = s.slot
         log.info("created slot %s; snapshot skipped (--skip-snapshot)", s.slot)
-        return
+        return None
     progress.write(s.slot, snapshot=state.SNAPSHOT_STARTED)
     new = create_slot(s.postgres, s.slot)
+    undo.slot = s.slot
     log.info("created slot %s at %s; snapshot %s", s.slot, lsn_to_str(new.consistent_lsn),
              new.snapshot)
+    job = SnapshotJob(new.snapshot, new.consistent_lsn, new.conn)
     try:
-        with source.session_connect(s.postgres) as conn:
-            # Table descriptions as of the snapshot, so the copy and its schemas agree.
-            conn.execute("begin isolation level repeatable read read only")
-            conn.execute(f"set transaction snapshot '{new.snapshot}'")
-            in_snapshot = source.published_tables(conn, s.publication_name, s.tables)
-            specs = {t.oid: tables.spec(t) for t in in_snapshot}
-            chunks = snapshot.plan(conn, in_snapshot, specs, s.snapshot_workers)
-            estimates = dict(conn.execute(  # for the progress bars
-                "select n.nspname || '.' || c.relname, greatest(c.reltuples, 0)::bigint "
-                "from pg_class c join pg_namespace n on n.oid = c.relnamespace "
-                "where c.oid = any(%s)", ([t.oid for t in in_snapshot],),
-            ).fetchall())
-            conn.rollback()
+        _plan(s, job, tables, publications)
+        progress.write(s.slot, snapshot=state.SNAPSHOT_STARTED,
+                       consistent_lsn=new.consistent_lsn, layout=job.layout)
+    except BaseException:
+        job.release()  # so the slot is free to be dropped
+        raise
+    return job
+
+
+def _plan(s: CaptureSettings, job: SnapshotJob, tables: Tables,
+          publications: Publications) -> None:
+    """The chunks to copy, from the tables as the snapshot sees them (so copy and schemas
+    agree)."""
+    with source.session_connect(s.postgres) as conn:
+        conn.execute("begin isolation level repeatable read read only")
+        conn.execute(f"set transaction snapshot '{job.snapshot}'")
+        in_snapshot = publications.published(conn)
+        specs = {t.oid: tables.spec(t) for t in in_snapshot}
+        job.chunks, job.layout = snapshot.plan(
+            conn, in_snapshot, specs, s.snapshot_chunk_pages, job.layout, job.done)
+        job.estimates = dict(conn.execute(  # for the progress bars
+            "select n.nspname || '.' || c.relname, greatest(c.reltuples, 0)::bigint "
+            "from pg_class c join pg_namespace n on n.oid = c.relnamespace "
+            "where c.oid = any(%s)", ([t.oid for t in in_snapshot],),
+        ).fetchall())
+        conn.rollback()
+
+
+def _copy(s: CaptureSettings, job: SnapshotJob, progress: state.CaptureState, recorded: dict,
+          stop: threading.Event) -> bool:
+    """Copy the snapshot's chunks, recording each one Kafka acknowledged; False if stopped."""
+    def acknowledged(chunk: snapshot.Chunk) -> None:
+        progress.record(f"{s.slot}/chunk/{chunk.id}", lsn=job.consistent_lsn)
+
+    try:
         rows = snapshot.copy_tables(
-            s.postgres, new.snapshot, chunks, estimates, s.snapshot_workers,
-            {"bootstrap": s.broker, "extra_config": s.kafka_config}, s.on_error,
+            s.postgres, job.snapshot, job.chunks, job.estimates, s.snapshot_workers,
+            {"bootstrap": s.broker, "extra_config": s.kafka_config}, s.on_error, stop,
+            acknowledged,
         )
     finally:
-        new.release()
+        job.release()
+        progress.flush()
+    if rows is None:
+        log.info("capture stopped during the snapshot; the next run resumes it")
+        return False
     progress.write(s.slot, snapshot=state.SNAPSHOT_COMPLETE, rows=rows,
-                   consistent_lsn=new.consistent_lsn)
+                   consistent_lsn=job.consistent_lsn)
+    progress.forget([k for k in recorded if k.startswith(f"{s.slot}/chunk/")]
+                    + [f"{s.slot}/chunk/{c.id}" for c in job.chunks])
+    return True
+
+
+def _slot_lsn(catalog, slot: str) -> int | None:
+    """The slot's confirmed position, or None when it does not exist."""
+    row = catalog.execute("select confirmed_flush_lsn::text from pg_replication_slots "
+                          "where slot_name = %s", (slot,)).fetchone()
+    if row is None:
+        return None
+    return str_to_lsn(row[0]) if row[0] else 0
 
 
 def _check_broker(admin: AdminClient, broker: str) -> None:
@@ -130,4 +243,3 @@ def _policy(on_error: str):
         log.error("skipped (--on-error=log): %s", error)
 
     return handle
-

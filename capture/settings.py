@@ -29,7 +29,8 @@ FLAGS = {
     "allow_unkeyed": "--allow-unkeyed", "topic_prefix": "--topic-prefix",
     "on_error": "--on-error", "skip_snapshot": "--skip-snapshot", "kafka_config": "-C",
     "topic_config": "-T", "tables": "--tables", "publication": "--publication",
-    "snapshot_workers": "--snapshot-workers", "metrics_port": "--metrics-port",
+    "snapshot_workers": "--snapshot-workers",
+    "snapshot_chunk_pages": "--snapshot-chunk-pages", "metrics_port": "--metrics-port",
     "metrics_host": "--metrics-host",
     "heartbeat_interval": "--heartbeat-interval", "transaction_topic": "--transaction-topic",
     "confirm_delay": "--confirm-delay",
@@ -67,6 +68,7 @@ class CaptureSettings(BaseSettings):
     tables: list[str] = []
     publication: str | None = None  # default: one named after the slot, created if missing
     snapshot_workers: int = Field(2, ge=1, le=64)
+    snapshot_chunk_pages: int = Field(2000, ge=1)  # 8 kB pages: ~16 MB of table per chunk
     metrics_port: int | None = Field(None, ge=0, le=65535)
     metrics_host: str = "127.0.0.1"  # loopback unless asked (a container passes 0.0.0.0)
     heartbeat_interval: float = Field(10.0, gt=0)

@@ -4,11 +4,15 @@ and copied in parallel by worker processes that each import the same snapshot.""
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing as mp
+import os
 import queue
+import signal
+import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from psycopg import sql
@@ -29,15 +33,17 @@ from capture.publisher import DataError, Publisher
 from capture.source import SourceTable, session_connect
 from common import gctune
 from common.errors import BottlerError
+from common.redact import redact
 
 log = logging.getLogger(__name__)
 
-PAGES_PER_CHUNK = 2000  # ~16 MB of heap: below this a table is copied in one piece
 PROGRESS_EVERY = 5000  # rows between progress reports from a worker
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 @dataclass(frozen=True)
 class Chunk:
+    id: str  # stable across restarts of the same snapshot: `table@filenode#index`
     table: str  # qualified name, for progress
     spec: CodecSpec
     first_page: int
@@ -55,20 +61,41 @@ class Chunk:
         )
 
 
-def plan(conn, tables: list[SourceTable], specs: dict[int, CodecSpec], workers: int) -> list[Chunk]:
-    """Split tables into page ranges: big ones in pieces, so workers share them."""
-    chunks = []
+def plan(
+    conn, tables: list[SourceTable], specs: dict[int, CodecSpec], chunk_pages: int,
+    layout: dict | None = None, done: set[str] = frozenset(),
+) -> tuple[list[Chunk], dict]:
+    """Split tables into ranges of ``chunk_pages`` pages (so workers share big tables, and a
+    restart resumes from the last acknowledged range); return the chunks still to copy and the
+    layout that names them.
+
+    ``layout`` (a resumed snapshot's, by table: its file node, pages per chunk and chunk count)
+    keeps a table's earlier ranges while its file is the same, so ``done`` chunks are skipped;
+    a table whose file changed (rewritten by VACUUM FULL, CLUSTER, TRUNCATE, a type change) has
+    rows anywhere now, and is copied whole again."""
+    layout = layout or {}
+    chunks, new_layout = [], {}
     for t in tables:
-        pages = conn.execute(
-            "select pg_relation_size(%s) / current_setting('block_size')::int", (t.oid,)
-        ).fetchone()[0]
-        size = max(PAGES_PER_CHUNK, -(-pages // (workers * 4)))
-        starts = list(range(0, max(pages, 1), size))
-        for i, first in enumerate(starts):
-            end = starts[i + 1] if i + 1 < len(starts) else None
-            chunks.append(Chunk(t.qualified, specs[t.oid], first, end))
+        filenode, pages = conn.execute(
+            "select pg_relation_filenode(%s), "
+            "pg_relation_size(%s) / current_setting('block_size')::int", (t.oid, t.oid)
+        ).fetchone()
+        before = layout.get(t.qualified)
+        if before and before["filenode"] == filenode:
+            size, count = before["size"], before["chunks"]
+        else:  # small pieces: the unit a restart resumes from, and what workers share
+            size = chunk_pages
+            count = len(range(0, max(pages, 1), size))
+        new_layout[t.qualified] = {"filenode": filenode, "size": size, "chunks": count}
+        for i in range(count):
+            chunk_id = f"{t.qualified}@{filenode}#{i}"
+            if chunk_id in done:
+                continue
+            end = (i + 1) * size if i + 1 < count else None
+            chunks.append(Chunk(chunk_id, t.qualified, specs[t.oid], i * size, end))
     # Largest pieces first, so the tail of the copy is short.
-    return sorted(chunks, key=lambda c: -(c.end_page or 10**12) + c.first_page)
+    chunks.sort(key=lambda c: -(c.end_page or 10**12) + c.first_page)
+    return chunks, new_layout
 
 
 def copy_tables(
@@ -79,25 +106,57 @@ def copy_tables(
     workers: int,
     producer_config: dict,
     on_error: str,
-) -> dict[str, int]:
-    """Copy every chunk through ``workers`` processes; return rows published per table."""
+    stop: threading.Event,
+    on_chunk: Callable[[Chunk], None],
+) -> dict[str, int] | None:
+    """Copy every chunk through ``workers`` processes, calling ``on_chunk`` for each one Kafka
+    acknowledged; return rows published per table, or None when ``stop`` ended it first."""
     ctx = mp.get_context("spawn")  # the parent holds librdkafka threads: never fork it
-    progress_q = ctx.Queue()
+    tasks, results = ctx.Queue(), ctx.Queue()
+    for chunk in chunks:
+        tasks.put(chunk)
+    count = max(1, min(workers, len(chunks)))
+    for _ in range(count):
+        tasks.put(None)  # one end marker per worker
+    procs = [
+        ctx.Process(target=_worker_main, daemon=True, name=f"bottler snapshot worker {i}",
+                    args=(os.getpid(), dsn, snapshot, producer_config, on_error, tasks, results))
+        for i in range(count)
+    ]
+    by_id = {c.id: c for c in chunks}
     done: dict[str, int] = dict.fromkeys(estimates, 0)
     started = time.monotonic()
-    with _progress() as bar, ProcessPoolExecutor(
-        workers, mp_context=ctx, initializer=_init_worker,
-        initargs=(dsn, snapshot, producer_config, on_error, progress_q),
-    ) as pool:
-        tasks = {t: bar.add_task(t, total=max(n, 1)) for t, n in estimates.items()}
-        futures = [pool.submit(_copy_chunk, c) for c in chunks]
-        while not all(f.done() for f in futures):
-            _drain(progress_q, bar, tasks, done, timeout=0.2)
-        for f in futures:
-            f.result()  # re-raises a worker's error
-        _drain(progress_q, bar, tasks, done, timeout=0)
-        for table, task in tasks.items():
-            bar.update(task, total=max(done[table], 1), completed=max(done[table], 1))
+    try:
+        with _progress() as bar:
+            tasks_bar = {t: bar.add_task(t, total=max(e, 1)) for t, e in estimates.items()}
+            for proc in procs:
+                proc.start()
+            while by_id:
+                if stop.is_set():
+                    _drain(results, by_id, done, on_chunk)  # what was acknowledged is kept
+                    _end(procs)
+                    log.warning("stop requested: ended the snapshot with %d of %d chunks "
+                                "copied; the next run resumes it", len(chunks) - len(by_id),
+                                len(chunks))
+                    return None
+                try:
+                    message = results.get(timeout=0.2)
+                except queue.Empty:
+                    if not any(p.is_alive() for p in procs) and results.empty():
+                        codes = sorted({p.exitcode for p in procs})
+                        raise BottlerError(
+                            f"the snapshot workers ended (exit codes {codes}) with "
+                            f"{len(by_id)} chunks not copied",
+                            "run the capture again: it resumes the snapshot") from None
+                    continue
+                _handle(message, by_id, done, on_chunk, bar, tasks_bar)
+            for table, task in tasks_bar.items():
+                bar.update(task, total=max(done[table], 1), completed=max(done[table], 1))
+    finally:
+        _end(procs)
+        for q in (tasks, results):
+            q.cancel_join_thread()  # unread chunks must not hold the exit
+            q.close()
     elapsed = time.monotonic() - started
     for table, n in done.items():
         log.info("snapshot %s: %d rows", table, n)
@@ -105,6 +164,48 @@ def copy_tables(
     log.info("snapshot: %d rows from %d tables in %.1fs (%.0f rows/s)",
              total, len(done), elapsed, total / elapsed if elapsed else 0)
     return done
+
+
+def _handle(message, by_id, done, on_chunk, bar=None, tasks_bar=None) -> None:
+    kind, *rest = message
+    if kind == "rows":
+        table, rows = rest
+        done[table] = done.get(table, 0) + rows
+        if bar and table in tasks_bar:
+            bar.update(tasks_bar[table], advance=rows)
+        metrics.SNAPSHOT_ROWS.labels(table).set(done[table])
+    elif kind == "done":
+        on_chunk(by_id.pop(rest[0]))
+    else:  # "error"
+        raise BottlerError(*rest)
+
+
+def _drain(results, by_id, done, on_chunk) -> None:
+    """Record the chunks acknowledged so far (errors no longer matter), for at most a second:
+    the workers, still running, keep reporting."""
+    deadline = time.monotonic() + 1
+    while time.monotonic() < deadline:
+        try:
+            message = results.get(timeout=0.05)
+        except queue.Empty:
+            return
+        if message[0] != "error":
+            _handle(message, by_id, done, on_chunk)
+
+
+def _end(procs) -> None:
+    """Workers still running (a stop, an error) are ended: SIGTERM, then SIGKILL."""
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+    deadline = time.monotonic() + 5
+    for proc in procs:
+        if proc.pid is None:
+            continue
+        proc.join(max(0.1, deadline - time.monotonic()))
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
 
 
 class RateColumn(ProgressColumn):
@@ -121,36 +222,59 @@ def _progress() -> Progress:
     )
 
 
-def _drain(q, bar: Progress, tasks, done: dict[str, int], timeout: float) -> None:
-    try:
-        while True:
-            table, rows = q.get(timeout=timeout)
-            done[table] += rows
-            bar.update(tasks[table], advance=rows)
-            metrics.SNAPSHOT_ROWS.labels(table).set(done[table])
-            timeout = 0
-    except queue.Empty:
-        pass
-
-
 # -- worker process ----------------------------------------------------------------------------
 _worker: dict = {}
 
 
-def _init_worker(dsn, snapshot, producer_config, on_error, progress_q) -> None:
+def _worker_main(parent, dsn, snapshot, producer_config, on_error, tasks, results) -> None:
+    _die_with(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent
+    # decides, and ends the workers itself
+
     def on_data_error(error: DataError) -> None:
         if on_error == "exit":
-            raise BottlerError(str(error))
+            raise BottlerError(str(error), "or pass --on-error=log to skip such rows")
         logging.getLogger(__name__).error("skipped: %s", error)
 
     _worker.update(
-        dsn=dsn, snapshot=snapshot, progress=progress_q,
+        dsn=dsn, snapshot=snapshot, progress=results,
         publisher=Publisher(on_data_error=on_data_error, track=False, **producer_config),
     )
     gctune.tune()
+    while (chunk := tasks.get()) is not None:
+        try:
+            _copy_chunk(chunk)
+        except BottlerError as exc:
+            results.put(("error", exc.message, exc.hint))
+            return
+        except Exception as exc:  # noqa: BLE001 - reported by the parent, as one line
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            results.put(("error", f"the snapshot of {chunk.table} failed: {redact(reason)}",
+                         "run the capture again: it resumes the snapshot"))
+            return
+        results.put(("done", chunk.id))
+
+
+def _die_with(parent: int) -> None:
+    """A worker must not outlive the capture, even one killed with SIGKILL: Linux sends it
+    SIGKILL when its parent dies (PR_SET_PDEATHSIG); elsewhere a thread watches the parent."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+            raise OSError(ctypes.get_errno(), "prctl")
+    except (OSError, AttributeError):
+        def watch():
+            while os.getppid() == parent:
+                time.sleep(1)
+            os._exit(1)
+
+        threading.Thread(target=watch, daemon=True).start()
+    if os.getppid() != parent:  # it died before the request took effect
+        os._exit(1)
 
 
 def _copy_chunk(chunk: Chunk) -> int:
+    """Copy one chunk; it counts as copied once Kafka acknowledged all of it."""
     publisher: Publisher = _worker["publisher"]
     codec = chunk.spec.codec()
     rows = reported = 0
@@ -169,9 +293,9 @@ def _copy_chunk(chunk: Chunk) -> int:
                 rows += 1
                 if rows - reported >= PROGRESS_EVERY:
                     publisher.poll(0)
-                    _worker["progress"].put((chunk.table, rows - reported))
+                    _worker["progress"].put(("rows", chunk.table, rows - reported))
                     reported = rows
         conn.rollback()
     publisher.flush()  # the chunk counts as copied only once Kafka has all of it
-    _worker["progress"].put((chunk.table, rows - reported))
+    _worker["progress"].put(("rows", chunk.table, rows - reported))
     return rows

@@ -98,97 +98,111 @@ def preflight(conn: psycopg.Connection, slot: str) -> None:
             f"replication slot {slot} belongs to another database ({row[3]})",
             "choose another --slot (slot names are shared by every database of the server)",
         )
-
-
-def ensure_publication(conn: psycopg.Connection, name: str, tables: list[str]) -> None:
-    """Use the publication if it exists, else create it for ``tables`` (or all tables)."""
-    if conn.execute("select 1 from pg_publication where pubname = %s", (name,)).fetchone():
-        return
-    target = (
-        sql.SQL("FOR TABLE {}").format(sql.SQL(", ").join(_table_ident(t) for t in tables))
-        if tables else sql.SQL("FOR ALL TABLES")
-    )
-    statement = sql.SQL("CREATE PUBLICATION {} ").format(sql.Identifier(name)) + target
-    try:
-        with conn.transaction():
-            conn.execute(statement)
-    except psycopg.errors.UndefinedTable as exc:
-        raise BottlerError(
-            f"--tables names a table that does not exist: {_first_line(exc)}",
-            "name existing tables as schema.table (public. may be omitted)",
-        ) from None
-    except psycopg.errors.InsufficientPrivilege:
-        who = "a superuser" if not tables else "the tables' owner (or a superuser)"
-        raise BottlerError(
-            f"publication {name} does not exist, and role {_current_user(conn)} may not "
-            "create it",
-            f"have {who} run: {statement.as_string(conn)}; then pass --publication {name} "
-            f"(see {SETUP_DOC})",
-        ) from None
-    except psycopg.Error as exc:
-        raise BottlerError(
-            f"cannot create publication {name}: {_first_line(exc)}",
-            f"create it yourself ({statement.as_string(conn)};) and pass --publication {name}",
-        ) from None
-    log.info("created publication %s", statement.as_string(conn))
+    if row is None:
+        used, limit = conn.execute(
+            "select count(*), current_setting('max_replication_slots')::int "
+            "from pg_replication_slots"
+        ).fetchone()
+        if used >= limit:
+            raise BottlerError(
+                f"cannot create replication slot {slot}: all replication slots are in use "
+                f"({used} of max_replication_slots = {limit})",
+                "raise max_replication_slots (ALTER SYSTEM SET max_replication_slots = N; then "
+                "restart PostgreSQL), or drop unused slots (bottler slot status, bottler slot "
+                "drop)",
+            )
 
 
 def published_tables(
-    conn: psycopg.Connection, publication: str, only: list[str] | None = None
+    conn: psycopg.Connection, publications: list[str], only: list[str] | None = None
 ) -> list[SourceTable]:
-    if not conn.execute(
-        "select 1 from pg_publication where pubname = %s", (publication,)
-    ).fetchone():
-        raise BottlerError(
-            f"publication {publication} does not exist in this database",
-            f"create it (see {SETUP_DOC}) or check --publication and the DSN's database",
-        )
+    """The tables ``publications`` publish (``only`` those, when given), described."""
+    found = {r[0] for r in conn.execute(
+        "select pubname from pg_publication where pubname = any(%s)", (publications,))}
+    for publication in publications:
+        if publication not in found:
+            raise BottlerError(
+                f"publication {publication} does not exist in this database",
+                f"create it (see {SETUP_DOC}) or check --publication and the DSN's database; "
+                "without --publication the capture creates and manages its own",
+            )
     rows = conn.execute(
         """
-        select c.oid, n.nspname, c.relname, c.relreplident, c.relpages,
-               has_schema_privilege(n.oid, 'USAGE'), has_table_privilege(c.oid, 'SELECT')
+        select distinct c.oid, n.nspname, c.relname
         from pg_publication_tables p
         join pg_namespace n on n.nspname = p.schemaname
         join pg_class c on c.relnamespace = n.oid and c.relname = p.tablename
-        where p.pubname = %s
+        where p.pubname = any(%s)
         order by n.nspname, c.relname
         """,
-        (publication,),
+        (publications,),
     ).fetchall()
     wanted = {_qualify(t) for t in only or []}
     if missing := sorted(wanted - {f"{r[1]}.{r[2]}" for r in rows}):
-        pub = sql.Identifier(publication).as_string(conn)
+        pub = sql.Identifier(publications[0]).as_string(conn)
         raise BottlerError(
-            f"--tables names tables that publication {publication} does not publish: "
+            f"--tables names tables that publication {publications[0]} does not publish: "
             f"{', '.join(missing)}",
             f"have the tables' owner run ALTER PUBLICATION {pub} ADD TABLE "
             f"{', '.join(missing)}; or drop them from --tables",
         )
-    tables = []
-    for oid, schema, name, replident, pages, can_use_schema, can_select in rows:
-        if wanted and f"{schema}.{name}" not in wanted:
-            continue
+    rows = [r for r in rows if not wanted or f"{r[1]}.{r[2]}" in wanted]
+    return describe(conn, rows, publications[0])
+
+
+def describe(conn: psycopg.Connection, tables: list[tuple[int, str, str]],
+             publication: str = "") -> list[SourceTable]:
+    """Each (oid, schema, name) as the catalog describes it; raises on one this role may not
+    read, with the grant that fixes it."""
+    described = []
+    for oid, schema, name in tables:
+        row = conn.execute(
+            "select c.relreplident, c.relpages, has_schema_privilege(c.relnamespace, 'USAGE'), "
+            "has_table_privilege(c.oid, 'SELECT') from pg_class c where c.oid = %s", (oid,)
+        ).fetchone()
+        if row is None:
+            continue  # dropped since it was listed
+        replident, pages, can_use_schema, can_select = row
         if not can_use_schema or not can_select:
-            role = sql.Identifier(_current_user(conn)).as_string(conn)
-            grant = (f"GRANT USAGE ON SCHEMA {sql.Identifier(schema).as_string(conn)} TO {role};"
-                     if not can_use_schema else
-                     f"GRANT SELECT ON {sql.Identifier(schema, name).as_string(conn)} "
-                     f"TO {role};")
-            raise BottlerError(
-                f"role {_current_user(conn)} may not read {schema}.{name}, which publication "
-                f"{publication} publishes",
-                f"have the table's owner run: {grant} (see {SETUP_DOC})",
-            )
-        tables.append(SourceTable(
+            raise unreadable(conn, schema, name, publication, schema_usage=not can_use_schema)
+        described.append(SourceTable(
             oid=oid, schema=schema, name=name, columns=load_columns(conn, oid),
             key=key_columns(conn, oid, replident), replica_identity=replident,
             toastable=toastable_columns(conn, oid), pages=max(pages, 0),
         ))
-    return tables
+    return described
+
+
+def describe_oids(conn: psycopg.Connection, oids: list[int]) -> list[SourceTable]:
+    """The tables of ``oids`` that still exist, described."""
+    rows = conn.execute(
+        "select c.oid, n.nspname, c.relname from pg_class c "
+        "join pg_namespace n on n.oid = c.relnamespace where c.oid = any(%s) "
+        "order by n.nspname, c.relname", (oids,)).fetchall()
+    return describe(conn, rows)
+
+
+def unreadable(conn: psycopg.Connection, schema: str, name: str, publication: str,
+               schema_usage: bool | None = None) -> BottlerError:
+    if schema_usage is None:
+        schema_usage = not conn.execute(
+            "select has_schema_privilege(%s, 'USAGE')", (schema,)).fetchone()[0]
+    role = sql.Identifier(current_user(conn)).as_string(conn)
+    grant = (f"GRANT USAGE ON SCHEMA {sql.Identifier(schema).as_string(conn)} TO {role};"
+             if schema_usage else
+             f"GRANT SELECT ON {sql.Identifier(schema, name).as_string(conn)} TO {role};")
+    return BottlerError(
+        f"role {current_user(conn)} may not read {schema}.{name}, which publication "
+        f"{publication} publishes",
+        f"have the table's owner run: {grant} (see {SETUP_DOC})",
+    )
 
 
 def key_columns(conn: psycopg.Connection, oid: int, replident: str) -> list[str]:
-    """The replica-identity index when the table uses one, else the primary key."""
+    """The replica-identity index when the table uses one, else the primary key (none under
+    REPLICA IDENTITY NOTHING: PostgreSQL then logs no key at all)."""
+    if replident == "n":
+        return []
     use = "indisreplident" if replident == "i" else "indisprimary"
     return [r[0] for r in conn.execute(
         f"""
@@ -226,7 +240,8 @@ def check_keys(tables: list[SourceTable], allow_unkeyed: bool) -> None:
         raise BottlerError(
             f"tables without a primary key or replica-identity index: {', '.join(unkeyed)}",
             "add a primary key, or pass --allow-unkeyed (their rows are published without a "
-            "key and their deletes are not published)",
+            "key; their deletes, and their updates unless the table has REPLICA IDENTITY FULL, "
+            "are not published)",
         )
 
 
@@ -263,14 +278,10 @@ def _qualify(table: str) -> str:
     return table if "." in table else f"public.{table}"
 
 
-def _table_ident(table: str) -> sql.Identifier:
-    return sql.Identifier(*_qualify(table).split(".", 1))
-
-
-def _current_user(conn: psycopg.Connection) -> str:
+def current_user(conn: psycopg.Connection) -> str:
     return conn.execute("select current_user").fetchone()[0]
 
 
-def _first_line(exc: Exception) -> str:
+def first_line(exc: Exception) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__

@@ -1,6 +1,7 @@
-"""The capture's own progress, kept in the compacted `_bottler.capture` topic keyed by slot: a
-slot that exists while its snapshot never completed (a crash mid-snapshot) must be recreated,
-since its exported snapshot is gone."""
+"""The capture's own progress, kept in the compacted `_bottler.capture` topic: under the slot's
+name, whether its snapshot is complete (and while it is not, the snapshot's layout, so a restart
+resumes it); under `<slot>/chunk/<id>`, each snapshot chunk Kafka acknowledged; under
+`<slot>/copies`, the tables joining the publication whose rows are being copied."""
 
 from __future__ import annotations
 
@@ -23,19 +24,25 @@ class CaptureState:
         self.bootstrap = bootstrap
         self.topic = with_prefix(prefix, STATE)
         self.extra = extra_config or {}
+        self._producer: Producer | None = None
+        self._errors: list = []  # failed deliveries, reported by the next write or flush
 
-    def read(self, slot: str) -> dict | None:
-        """The slot's last recorded state, read from the start of the topic to its end."""
+    def read(self, key: str) -> dict | None:
+        """The last state recorded under ``key``."""
+        return self.read_all().get(key)
+
+    def read_all(self) -> dict[str, dict]:
+        """Every key's last recorded state, read from the start of the topic to its end."""
         consumer = Consumer({
             **self.extra, "bootstrap.servers": self.bootstrap,
             "group.id": f"bottler-state-{uuid.uuid4().hex}", "enable.auto.commit": False,
         })
         try:
-            state = None
+            state: dict[str, dict] = {}
             partition = TopicPartition(self.topic, 0, 0)
             _, high = consumer.get_watermark_offsets(partition, timeout=10)
             if high == 0:
-                return None
+                return state
             consumer.assign([partition])
             position = 0
             while position < high:
@@ -45,21 +52,52 @@ class CaptureState:
                 if msg.error():
                     raise BottlerError(f"cannot read {self.topic}: {msg.error().str()}")
                 position = msg.offset() + 1
-                if msg.key() == slot.encode():
-                    state = json.loads(msg.value()) if msg.value() else None
+                key = (msg.key() or b"").decode()
+                if msg.value():
+                    state[key] = json.loads(msg.value())
+                else:
+                    state.pop(key, None)
             return state
         except KafkaException as exc:
             raise topics.unreachable_broker(exc.args[0].str(), self.bootstrap) from None
         finally:
             consumer.close()
 
-    def write(self, slot: str, **state) -> None:
-        producer = Producer({**self.extra, "bootstrap.servers": self.bootstrap,
-                             "enable.idempotence": True, "acks": "all"})
-        errors = []
-        producer.produce(self.topic, key=slot.encode(), value=json.dumps(state).encode(),
-                         on_delivery=lambda err, _: errors.append(err) if err else None)
-        if producer.flush(30) or errors:
+    def write(self, key: str, **state) -> None:
+        """Record ``state`` under ``key``, durably (acknowledged) before returning."""
+        self._produce({key: state})
+
+    def record(self, key: str, **state) -> None:
+        """Record ``state`` under ``key`` without waiting for the acknowledgement (flush()
+        waits): for frequent records, where a lost one only means work done again."""
+        self._produce({key: state}, wait=False)
+
+    def flush(self) -> None:
+        self._produce({})
+
+    def forget(self, keys: list[str]) -> None:
+        """Tombstones for ``keys``, so compaction removes them."""
+        if keys:
+            self._produce(dict.fromkeys(keys))
+
+    def close(self) -> None:
+        """Let go of the producer (it would keep retrying a broker that went away)."""
+        self._producer = None
+
+    def _produce(self, states: dict[str, dict | None], wait: bool = True) -> None:
+        if self._producer is None:
+            self._producer = Producer({**self.extra, "bootstrap.servers": self.bootstrap,
+                                       "enable.idempotence": True, "acks": "all"})
+        errors = self._errors
+        for key, state in states.items():
+            self._producer.produce(
+                self.topic, key=key.encode(),
+                value=None if state is None else json.dumps(state).encode(),
+                on_delivery=lambda err, _: errors.append(err) if err else None)
+        if not wait:
+            self._producer.poll(0)
+            return
+        if self._producer.flush(30) or errors:
             raise BottlerError(
                 f"cannot record the capture state in {self.topic}: "
                 f"{errors[0].str() if errors else 'no acknowledgement'}"

@@ -16,8 +16,12 @@ from confluent_kafka.admin import AdminClient
 from capture import metrics, pgoutput, topics
 from capture.control import ControlEvents
 from capture.pgoutput import UNCHANGED
+from capture.publication import Watcher
 from capture.publisher import DataError, Publisher
 from capture.slot import replication_connect
+from capture.snapshot import Chunk
+from capture.source import describe_oids, session_connect
+from capture.state import CaptureState
 from capture.tables import Tables, UnkeyedTable
 from common.errors import BottlerError
 from common.redact import redact
@@ -28,6 +32,7 @@ HEARTBEAT_PREFIX = "bottler.heartbeat"
 FEEDBACK_EVERY = 2000  # messages between Kafka polls / feedback while busy
 PG_EPOCH_MICROS = 946_684_800_000_000  # 2000-01-01 (PostgreSQL's epoch) in Unix microseconds
 FEEDBACK_INTERVAL = 1.0  # seconds: the slow path to the server for a confirmed position
+TABLE_SCAN_INTERVAL = 2.0  # seconds between looks for tables that joined (a catalog query)
 
 
 class Streamer:
@@ -35,7 +40,7 @@ class Streamer:
         self,
         dsn: str,
         slot: str,
-        publication: str,
+        publications: list[str],
         tables: Tables,
         control: ControlEvents,
         publisher: Publisher,
@@ -44,10 +49,15 @@ class Streamer:
         heartbeat_interval: float,
         transaction_topic: bool,
         confirm_delay: float = 0.0,
+        watcher: Watcher | None = None,
+        progress: CaptureState | None = None,
     ):
         self.dsn = dsn
         self.slot = slot
-        self.publication = publication
+        self.publications = publications
+        self.watcher = watcher  # keeps the capture's own publications exact (None: the user's)
+        self.progress = progress
+        self._scanned_at = 0.0
         self.tables = tables
         self.control = control
         self.publisher = publisher
@@ -78,8 +88,8 @@ class Streamer:
         try:
             cur.start_replication(
                 slot_name=self.slot, decode=False, status_interval=10,
-                options={"proto_version": "1", "publication_names": self.publication,
-                         "messages": "true"},
+                options={"proto_version": "1", "messages": "true",
+                         "publication_names": ",".join(_quoted(p) for p in self.publications)},
             )
         except psycopg2.Error as exc:
             conn.close()
@@ -89,9 +99,11 @@ class Streamer:
                 "another process may hold the slot (bottler slot status): stop it or choose "
                 "another --slot",
             ) from None
-        log.info("streaming from slot %s (publication %s)", self.slot, self.publication)
+        log.info("streaming from slot %s (publication %s)", self.slot,
+                 ", ".join(self.publications))
         handled = 0
         try:
+            self._copy_pending()
             while not stop.is_set():
                 msg = cur.read_message()
                 if msg is not None:
@@ -105,6 +117,7 @@ class Streamer:
                 self.publisher.poll(0)
                 self._feedback(cur)
                 self._maybe_heartbeat()
+                self._maybe_scan_tables()
                 select.select([conn], [], [], 0.1)
             self.publisher.flush()
             self._feedback(cur, force=True)
@@ -162,6 +175,59 @@ class Streamer:
             log.warning("this role may not call pg_logical_emit_message: heartbeats are off; "
                         "the slot still advances on the server's keepalives")
 
+    # -- tables joining the publication -----------------------------------------------------
+    def _maybe_scan_tables(self) -> None:
+        """New tables (and tables whose replica identity changed) join the capture's
+        publications. Their rows committed before they joined are not in the stream, so they
+        are copied, after the join: the copy and the stream overlap, never miss a row, and the
+        stream's changes, published after the copy, end with each row's latest state."""
+        if self.watcher is None or self._batch is not None:
+            return
+        now = time.monotonic()
+        if now - self._scanned_at < TABLE_SCAN_INTERVAL:
+            return
+        self._scanned_at = now
+        joined = self.watcher.changes()
+        if not joined:
+            return
+        if self.progress:  # a crash before the copies are acknowledged redoes them
+            self.progress.write(f"{self.slot}/copies", tables=[c.oid for c in joined])
+        self._copy_tables([c.oid for c in joined])
+
+    def _copy_pending(self) -> None:
+        pending = self.progress.read(f"{self.slot}/copies") if self.progress else None
+        if pending and pending.get("tables"):
+            log.info("copying the rows of tables that joined before the last stop")
+            self._copy_tables(pending["tables"])
+
+    def _copy_tables(self, oids: list[int]) -> None:
+        batch = self.tracker.open()
+        with session_connect(self.dsn) as conn:
+            conn.execute("begin isolation level repeatable read read only")
+            for table in describe_oids(conn, oids):
+                spec = self.tables.spec(table)
+                codec = spec.codec()
+                chunk = Chunk(table.qualified, table.qualified, spec, 0, None)
+                rows = 0
+                with conn.cursor().copy(chunk.query()) as copy:
+                    copy.set_types(["text"] * len(spec.columns))
+                    for values in copy.rows():
+                        try:
+                            key, value = codec.key(values), codec.value(values)
+                        except DataError as error:
+                            self.publisher.data_error(error)
+                            continue
+                        self.publisher.send(codec.topic, key, value, batch)
+                        rows += 1
+                        if rows % FEEDBACK_EVERY == 0:
+                            self.publisher.poll(0)
+                log.info("%s joined the capture: copied its %d rows", table.qualified, rows)
+            conn.rollback()
+        self.tracker.seal(batch, 0)
+        self.publisher.flush()
+        if self.progress:
+            self.progress.write(f"{self.slot}/copies", tables=[])
+
     # -- messages --------------------------------------------------------------------------
     def handle(self, m) -> None:
         kind = type(m)
@@ -186,6 +252,7 @@ class Streamer:
             self.tracker.seal(self._batch, m.end_lsn)
             self._batch = None
             self._publish_counts()
+            self._maybe_scan_tables()  # a busy stream is seldom idle: between transactions
         elif kind is pgoutput.Relation:
             self._relation(m)
         elif kind is pgoutput.Truncate:
@@ -279,3 +346,9 @@ class Streamer:
     def _send(self, topic: str, key: bytes | None, value: bytes | None,
               headers: list[tuple[str, bytes]] | None = None) -> None:
         self.publisher.send(topic, key, value, self._batch, headers)
+
+
+def _quoted(name: str) -> str:
+    """A publication name as pgoutput's publication_names list reads it."""
+    return '"' + name.replace('"', '""') + '"'
+

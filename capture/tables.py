@@ -42,6 +42,7 @@ class Tables:
         self.fmt = fmt
         self.allow_unkeyed = allow_unkeyed
         self.topic_config = topic_config
+        self.created_topics: list[str] = []  # by this run: a failed start removes them
         self._codecs: dict[int, TableCodec] = {}
         self._type_cache: dict = {}
 
@@ -79,10 +80,12 @@ class Tables:
         topic = table_topic(self.prefix, schema, name)
         if oid not in self._codecs:
             if key:
-                topics.ensure_topics(self.admin, [topic], config=self.topic_config)
+                topics.ensure_topics(self.admin, [topic], config=self.topic_config,
+                                     created=self.created_topics)
             else:  # Kafka refuses keyless messages in compacted topics: keep them all instead
                 topics.ensure_topics(self.admin, [], [topic],
-                                     config={**self.topic_config, "retention.ms": "-1"})
+                                     config={**self.topic_config, "retention.ms": "-1"},
+                                     created=self.created_topics)
         spec = make_spec(schema, name, topic, columns, key, self.fmt, self.registrar)
         self._codecs[oid] = spec.codec()
         return spec

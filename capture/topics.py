@@ -39,10 +39,12 @@ def ensure_topics(
     plain: list[str] = (),
     config: dict[str, str] | None = None,
     partitions: int = 1,
+    created: list[str] | None = None,
 ) -> None:
     """Create the missing topics; ``config`` (the user's -T settings) applies to all of them,
     to the existing ones (the capture's own) too, so that raising a limit with -T (say
-    ``max.message.bytes``, as the oversized-message hint asks) takes effect at the next start."""
+    ``max.message.bytes``, as the oversized-message hint asks) takes effect at the next start.
+    Those created are added to ``created`` (a failed start removes them again)."""
     wanted = {t: {**(config or {}), "cleanup.policy": "compact"} for t in compacted}
     wanted |= {t: {**(config or {}), "cleanup.policy": "delete"} for t in plain}
     try:
@@ -57,15 +59,20 @@ def ensure_topics(
     ]
     if not new:
         return
+    failure = None
     for topic, future in admin.create_topics(new).items():
         try:
             future.result(timeout=30)
+            if created is not None:
+                created.append(topic)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise BottlerError(
+                failure = failure or BottlerError(
                     f"cannot create topic {topic}: {exc.args[0].str()}",
                     "check the broker's permissions and the -T topic settings",
-                ) from None
+                )
+    if failure:
+        raise failure
 
 
 def _alter_configs(admin: AdminClient, names: list[str], config: dict[str, str]) -> None:

@@ -185,13 +185,10 @@ def test_allowed_unkeyed_tables_publish_rows_without_keys_and_no_deletes(
     ]  # the delete is not published: there is no key to delete
 
 
-def test_big_tables_are_copied_in_parallel_ctid_ranges(stack, source, prefix, start, monkeypatch):
-    from capture import snapshot
-
-    monkeypatch.setattr(snapshot, "PAGES_PER_CHUNK", 8)  # many small ranges, two workers
+def test_big_tables_are_copied_in_parallel_ctid_ranges(stack, source, prefix, start):
     execute(source, "create table big (id int primary key, pad text)",
             "insert into big select g, repeat('p', 50) from generate_series(1, 20000) g")
-    start(snapshot_workers=2)
+    start(snapshot_workers=2, snapshot_chunk_pages=8)  # many small ranges, two workers
     state = topic_state(stack, f"{prefix}.big", 20000)
     assert {dict(k)["id"] for k in state} == set(range(1, 20001))
     assert len(read_topic(stack.kafka, f"{prefix}.big")) == 20000  # ranges do not overlap

@@ -251,26 +251,34 @@ def _messages(stack, topic: str):
 # -- 2. to 4. missing privileges -------------------------------------------------------------
 
 @pytest.mark.parametrize(
-    "extra, publication_name, statement",
+    "extra, statement",
     [
-        ([], None, "FOR ALL TABLES"),
-        (["--tables", "items"], None, 'FOR TABLE "public"."items"'),
-        (["--publication", "wanted"], "wanted", "FOR ALL TABLES"),
+        ([], 'FOR TABLE "public"."items", "public"."secret"'),
+        (["--tables", "items"], 'FOR TABLE "public"."items"'),
     ],
-    ids=["all-tables", "tables", "named"],
+    ids=["all-tables", "tables"],
 )
 def test_a_role_that_may_not_create_the_publication_is_told_the_statement(
-    stack, source, prefix, make_role, passwords, extra, publication_name, statement
+    stack, source, prefix, make_role, passwords, extra, statement
 ):
-    role = make_role()
+    role = make_role(select=("items", "secret"))
     proc = bottler("capture", "-d", role.dsn, "-s", prefix, *services(stack), *extra)
-    name = publication_name or prefix
     assert_clear_error(
-        proc, f"publication {name} does not exist", role.name,
-        f'CREATE PUBLICATION "{name}" {statement};', f"--publication {name}",
-        "superuser" if statement == "FOR ALL TABLES" else "owner",
+        proc, f"publication {prefix} does not exist", role.name,
+        f'CREATE PUBLICATION "{prefix}" {statement};', f"--publication {prefix}", "owner",
         secrets=tuple(passwords),
     )
+    assert scalar(source, "select count(*) from pg_publication") == 0
+
+
+def test_a_publication_named_but_missing_is_not_created(
+    stack, source, prefix, make_role, passwords
+):
+    role = make_role()
+    proc = bottler("capture", "-d", role.dsn, "-s", prefix, *services(stack),
+                   "--publication", "wanted")
+    assert_clear_error(proc, "publication wanted does not exist in this database",
+                       "--publication", secrets=tuple(passwords))
     assert scalar(source, "select count(*) from pg_publication") == 0
 
 

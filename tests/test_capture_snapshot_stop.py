@@ -1,0 +1,106 @@
+"""A capture stops within seconds during its snapshot (SIGTERM), leaves no snapshot worker behind
+when killed (`kill -9` of the capture alone), and the restarted snapshot resumes from the chunks
+Kafka acknowledged instead of starting over (issue 13)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from tests.support import execute, read_topic, rows, wait_for, wait_streaming
+
+ROWS = 300_000
+CHUNK_PAGES = 40
+WORKERS = 2
+
+
+def start_capture(stack, source, prefix, log):
+    return subprocess.Popen(
+        [sys.executable, "-m", "bottler", "capture", "-d", source, "-s", prefix,
+         "-b", stack.kafka, "-r", stack.registry_url, "-p", prefix,
+         "--snapshot-workers", str(WORKERS), "--snapshot-chunk-pages", str(CHUNK_PAGES),
+         "--heartbeat-interval", "1"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the capture's process group (its workers included) is alive."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return any(_pgid(pid) == pgid for pid in os.listdir("/proc") if pid.isdigit())
+
+
+def _pgid(pid: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return None if fields[0] == "Z" else int(fields[2])
+    except (OSError, IndexError):
+        return None
+
+
+def copied(stack, topic: str) -> int:
+    """Messages in ``topic`` (one partition), from its end offset."""
+    consumer = Consumer({"bootstrap.servers": stack.kafka, "group.id": f"c-{uuid.uuid4().hex}"})
+    try:
+        if topic not in consumer.list_topics(timeout=10).topics:
+            return 0
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("how", ["sigterm", "kill-9"])
+def test_a_snapshot_stops_within_seconds_and_resumes_where_it_stopped(
+    stack, source, prefix, tmp_path, how
+):
+    execute(source, "create table big (id int primary key, pad text)",
+            f"insert into big select g, repeat('p', 80) from generate_series(1, {ROWS}) g",
+            "vacuum analyze big")
+    pages = rows(source, "select relpages from pg_class where relname = 'big'")[0][0]
+    chunk_rows = ROWS * CHUNK_PAGES // pages + 1
+    topic = f"{prefix}.big"
+    log_path = tmp_path / "capture.log"
+    log = open(log_path, "ab")  # noqa: SIM115 - closed below
+    proc = start_capture(stack, source, prefix, log)
+    try:
+        def mid_snapshot():
+            assert proc.poll() is None, log_path.read_text()[-3000:]
+            return copied(stack, topic) >= 4 * chunk_rows
+
+        wait_for(mid_snapshot, 120, "the snapshot to be under way")
+        assert copied(stack, topic) < ROWS - 2 * chunk_rows, "the snapshot ended too soon"
+        if how == "sigterm":
+            stopped_at = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(10) == 0, log_path.read_text()[-3000:]
+            assert time.monotonic() - stopped_at < 10
+            assert "stop requested" in log_path.read_text()
+        else:
+            proc.kill()  # the capture alone: its workers must not outlive it
+            proc.wait(10)
+        wait_for(lambda: not group_alive(proc.pid), 10, "no process of the capture left")
+        before = copied(stack, topic)
+
+        proc = start_capture(stack, source, prefix, log)
+        wait_streaming(source, prefix, timeout=180)
+        assert "resuming the snapshot" in log_path.read_text()
+        messages = read_topic(stack.kafka, topic)
+        assert len({m.key() for m in messages}) == ROWS  # every row
+        duplicates = len(messages) - ROWS
+        assert duplicates < WORKERS * chunk_rows, (duplicates, before, chunk_rows)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+        log.close()
