@@ -1,6 +1,6 @@
 """Follow and check a database migration through the target-Postgres replica.
 
-See docs/migration.md for the cutover runbook."""
+See docs/migration.md for the cutover."""
 
 from __future__ import annotations
 
@@ -100,8 +100,8 @@ def print_verify(report: VerifyReport, seconds: float) -> None:
         out.print("tables only in the target (not compared): " + ", ".join(report.target_only))
     if report.sequences_behind:
         out.print(f"note: {len(report.sequences_behind)} sequences of the target are behind the "
-                  "source's (the replica does not carry sequence values; set them at cutover, "
-                  "docs/migration.md step 8): " + ", ".join(
+                  "source's (the replica does not carry sequence values; `bottler migrate "
+                  "cutover` sets them): " + ", ".join(
                       f"{name} {src} > {'missing' if dst is None else dst}"
                       for name, (src, dst) in sorted(report.sequences_behind.items())),
                   highlight=False)
