@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
+from psycopg import sql
 
 from bottler.migrate.status import _watermarks
 from common.errors import BottlerError
@@ -75,8 +76,8 @@ class RoleFence:
                 limit = conn.execute("select rolconnlimit from pg_roles where rolname = %s",
                                      (role,)).fetchone()[0]
                 self.saved.setdefault(role, limit)
-                conn.execute(psycopg.sql.SQL("alter role {} connection limit 0").format(
-                    psycopg.sql.Identifier(role)))
+                conn.execute(sql.SQL("alter role {} connection limit 0").format(
+                    sql.Identifier(role)))
             deadline = time.monotonic() + timeout
             while True:
                 pids = [r[0] for r in conn.execute(
@@ -99,8 +100,8 @@ class RoleFence:
             return
         with connect(self.dsn, autocommit=True) as conn:
             for role, limit in self.saved.items():
-                conn.execute(psycopg.sql.SQL("alter role {} connection limit {}").format(
-                    psycopg.sql.Identifier(role), psycopg.sql.Literal(limit)))
+                conn.execute(sql.SQL("alter role {} connection limit {}").format(
+                    sql.Identifier(role), sql.Literal(limit)))
         self.saved.clear()
 
 
