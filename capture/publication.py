@@ -28,6 +28,7 @@ from common.errors import BottlerError
 log = logging.getLogger(__name__)
 
 UNKEYED_SUFFIX = "_unkeyed"
+PRIVATE_SCHEMA = "bottler"  # the replica's bookkeeping (offsets, owned tables), never captured
 INSERTS_ONLY = "insert, truncate"  # what PostgreSQL publishes from any table
 
 # Every ordinary, permanent table outside the system schemas, with what its replica identity
@@ -177,6 +178,8 @@ class Publications:
         """Where a table belongs now: None when out of scope or not capturable."""
         if self.tables and c.qualified not in self.tables:
             return None
+        if not self.tables and c.schema == PRIVATE_SCHEMA:
+            return None  # a replica's bookkeeping in this database is not the application's data
         return self.target(c) if c.readable else None
 
     def _create(self, name: str, statement: sql.Composed) -> None:

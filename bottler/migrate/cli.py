@@ -1,11 +1,12 @@
 """Follow and check a database migration through the target-Postgres replica.
 
-See docs/migration.md for the cutover runbook."""
+See docs/migration.md for the cutover."""
 
 from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -99,8 +100,8 @@ def print_verify(report: VerifyReport, seconds: float) -> None:
         out.print("tables only in the target (not compared): " + ", ".join(report.target_only))
     if report.sequences_behind:
         out.print(f"note: {len(report.sequences_behind)} sequences of the target are behind the "
-                  "source's (the replica does not carry sequence values; set them at cutover, "
-                  "docs/migration.md step 8): " + ", ".join(
+                  "source's (the replica does not carry sequence values; `bottler migrate "
+                  "cutover` sets them): " + ", ".join(
                       f"{name} {src} > {'missing' if dst is None else dst}"
                       for name, (src, dst) in sorted(report.sequences_behind.items())),
                   highlight=False)
@@ -173,3 +174,60 @@ def print_status(report: StatusReport) -> None:
                   "written anything yet[/]", highlight=False)
     verdict = "[green]yes[/]" if report.caught_up else "[yellow]no[/]"
     out.print(f"total lag: {report.lag:,} messages; caught up: {verdict}", highlight=False)
+
+
+@migrate_app.command("cutover")
+def cutover_cmd(
+    source: str | None = SourceOption,
+    target: str | None = TargetOption,
+    broker: str = typer.Option("localhost:9092", "--broker", "-b", envvar="BOTTLER_KAFKA",
+                               show_envvar=True, help="Kafka bootstrap servers."),
+    prefix: str = typer.Option("", "--prefix", "-p", envvar="BOTTLER_TOPIC_PREFIX",
+                               show_envvar=True, help="The capture's topic prefix."),
+    group: str = typer.Option(DEFAULT_GROUP, "--group", "-g",
+                              help="The replica's consumer group (its rows in bottler.offsets)."),
+    slot: str = typer.Option("bottler", "--slot", envvar="BOTTLER_SLOT", show_envvar=True,
+                             help="The capture's replication slot."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check the preconditions only."),
+    report: Path | None = typer.Option(
+        None, "--report", help="Write the report here (Markdown) and beside it as .json."),
+    sequence_margin: int = typer.Option(
+        0, "--sequence-margin", min=0, help="Set each sequence this far past the source's."),
+    fence_roles: list[str] | None = typer.Option(
+        None, "--fence-roles", help="Roles whose sessions on the source are ended and whose "
+        "connection limit is set to 0 for the cutover (restored on no-go); comma-separated."),
+    max_lag: int = typer.Option(1000, "--max-lag", min=0,
+                                help="Messages the replica may be behind before the fence."),
+    fence_timeout: float = typer.Option(
+        300, "--fence-timeout", min=1, help="Seconds to wait for the capture and the replica "
+        "to pass the fence."),
+    replica_timeout: float = typer.Option(
+        300, "--replica-timeout", min=0,
+        help="Seconds to wait for the replica to stop before the schema changes."),
+    max_keys: int = typer.Option(20, "--max-keys", min=0,
+                                 help="List at most this many differing keys per table."),
+) -> None:
+    """From "writes stopped" to "go" or "no-go": preconditions, fence, verify, sequences,
+    post-data, report (docs/migration.md).
+
+    Exit 0 on go (or a dry run whose preconditions pass), 1 on no-go, 2 on errors."""
+    from bottler.migrate import cutover, cutover_report
+
+    options = cutover.Options(
+        _required(source, "--source", "BOTTLER_PG_DSN"),
+        _required(target, "--target", "BOTTLER_TARGET_DSN"),
+        broker, prefix, group, slot, dry_run, sequence_margin, _tables(fence_roles) or [],
+        max_lag=max_lag, fence_timeout=fence_timeout, replica_stop_timeout=replica_timeout,
+        max_keys=max_keys)
+    result = cutover.run(options, say=lambda line: out.print(line, highlight=False,
+                                                             markup=False))
+    if result.downtime is not None:
+        out.print(f"write downtime (fence to go): {result.downtime:.1f}s", highlight=False)
+    if report is not None:
+        written = cutover_report.write(result, report)
+        out.print("report: " + ", ".join(str(p) for p in written), highlight=False)
+    good = result.verdict in (cutover.GO, cutover.READY)
+    reasons = f": {'; '.join(result.reasons)}" if result.reasons else ""
+    out.print(f"[{'green' if good else 'bold red'}]verdict: {result.verdict}[/]"
+              + reasons.replace("[", "\\["), highlight=False)
+    raise typer.Exit(0 if good else 1)

@@ -87,7 +87,7 @@ class VerifyReport:
     tables: list[TableResult]
     target_only: list[str]  # tables of the target the source does not have (a note)
     # Sequences the target lacks or that are behind the source's: name -> (source, target)
-    # values. Informational: the replica does not carry them (docs/migration.md, step 8).
+    # values. Informational: the replica does not carry them (the cutover sets them).
     sequences_behind: dict[str, tuple[int, int | None]] = field(default_factory=dict)
 
     @property

@@ -56,6 +56,9 @@ OFFSETS_DDL = [
     " partition int not null, next_offset bigint not null,"
     " primary key (group_id, topic, partition))",
 ]
+# How the replica's session shows in the target's pg_stat_activity: the cutover waits for it
+# to be gone before changing the schema (bottler/migrate/cutover.py).
+APPLICATION_NAME = "bottler replica"
 _OP = "__bottler_delete"
 DIRECT_WAIT_MAX = 64  # at most this many segments of a table staged between two direct COPYs
 
@@ -107,7 +110,7 @@ class PostgresSink:
         self.rows_written = 0
         self.rows_staged = 0
         self.flushes = 0
-        self._conn = connect(target_dsn)
+        self._conn = connect(target_dsn, application_name=APPLICATION_NAME)
         self._tables: dict[TableId, _Table] = {}
         self._builtin: dict[str, bool] = {}
         self._stage = 0
@@ -420,14 +423,14 @@ class PostgresSink:
         self._tables.clear()
         self._builtin.clear()
         if self._conn.closed:
-            self._conn = connect(self.target_dsn)
+            self._conn = connect(self.target_dsn, application_name=APPLICATION_NAME)
             self._setup()
             return
         try:
             self._conn.rollback()
         except psycopg.Error:
             self._conn.close()
-            self._conn = connect(self.target_dsn)
+            self._conn = connect(self.target_dsn, application_name=APPLICATION_NAME)
             self._setup()
 
 
