@@ -53,7 +53,7 @@ def run_capture(settings: CaptureSettings, stop: threading.Event | None = None) 
     topics.ensure_topics(admin, [], control.topics, config={**s.topic_config, "retention.ms": "-1"})
 
     tables = Tables(catalog, registrar, admin, s.topic_prefix, s.output_format,
-                    s.allow_unkeyed, s.topic_config)
+                    s.allow_unkeyed, s.topic_config, s.temporal_mode)
     publisher = Publisher(s.broker, s.kafka_config, on_data_error=_policy(s.on_error))
 
     recorded = progress.read(s.slot)
