@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -118,7 +119,10 @@ def derived_type(avro_type: Any, named: Mapping[str, dict], hstore: bool = False
             return derived_type(inner, named, hstore)  # a further dimension
         if _is_range(inner):
             return "text"  # a user multirange: kept as its text
-        return derived_type(items, named, hstore) + "[]"
+        element = derived_type(items, named, hstore)
+        # elements that are arrays themselves (a domain over an array) have no array type of
+        # their own: kept as their text
+        return ("text" if element.endswith("[]") else element) + "[]"
     if kind == "map":
         return "hstore" if hstore else "jsonb"
     if _is_interval(t):
@@ -233,9 +237,26 @@ def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _array_quoter(delim: str) -> Converter:
+    """An array element as PostgreSQL's array output writes it: quoted only when it must be
+    (empty, ``NULL`` in any case, or holding a quote, backslash, brace, the delimiter or white
+    space), so that an element kept as text (an array of a domain over an array) reads the same
+    as in the source."""
+    special = re.compile(r'[{}"\\\s' + re.escape(delim) + "]")
+
+    def quote(text: str) -> str:
+        if not text or special.search(text) or text.upper() == "NULL":
+            return _quote(text)
+        return text
+
+    return quote
+
+
 def _array(element: Converter, delim: str, nesting: int) -> Converter:
     """An array of ``nesting`` declared dimensions, given as nested lists (the declared
     branch) or as the general array record (any dimensions, any lower bounds)."""
+
+    quote = _array_quoter(delim)
 
     def braces(value: list, depth: int) -> str:
         parts = []
@@ -245,7 +266,7 @@ def _array(element: Converter, delim: str, nesting: int) -> Converter:
             elif depth > 1:
                 parts.append(braces(item, depth - 1))
             else:
-                parts.append(_quote(element(item)))
+                parts.append(quote(element(item)))
         return "{" + delim.join(parts) + "}"
 
     def convert(value: list | Mapping[str, Any]) -> str:
