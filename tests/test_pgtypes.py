@@ -13,9 +13,11 @@ from fractions import Fraction
 import fastavro
 import pytest
 
+from schemas.avro_names import resolve_names
 from schemas.pgtypes import (
     DATE_NEG_INFINITY,
     DATE_POS_INFINITY,
+    INTERVAL_NEG_INFINITY,
     INTERVAL_POS_INFINITY,
     SESSION_SETTINGS,
     TS_NEG_INFINITY,
@@ -796,3 +798,19 @@ def test_nullable_flattens_unions_and_avro_names():
     assert avro_name("ok_name") == "ok_name"
     assert avro_name("") == "_"
     assert avro_name("é", stable=True) != avro_name("ü", stable=True)
+
+
+def test_postgresql_17_infinite_intervals_round_trip_in_text_form():
+    from materializers.postgres.values import interval_text, text_converter
+
+    interval = codec(T("interval"))
+    assert interval.from_text("infinity") == INTERVAL_POS_INFINITY
+    assert interval.from_text("-infinity") == INTERVAL_NEG_INFINITY
+    assert [interval_text(interval.from_text(t)) for t in ("infinity", "-infinity")] == [
+        "infinity", "-infinity"]
+    intervals = codec(arr(T("interval")), ndims=1)
+    value = intervals.from_text("[0:1]={infinity,-infinity}")
+    schema, named = resolve_names(
+        {"type": "record", "name": "r", "fields": [{"name": "v", "type": intervals.schema}]})
+    convert = text_converter(schema["fields"][0]["type"], named, "interval[]")
+    assert convert(value) == "[0:1]={infinity,-infinity}"
