@@ -632,6 +632,9 @@ def _flatten(nested: list, dims: int) -> list:
     return nested
 
 
+#: What PostgreSQL's array input skips as white space (array_isspace): ASCII only; Python's
+#: str.isspace() would also take U+0085 and other characters PostgreSQL leaves unquoted.
+_PG_SPACE = " \t\n\r\v\f"
 _BOUNDS = re.compile(r"\[(-?\d+):(-?\d+)\]")
 
 
@@ -670,7 +673,7 @@ def _array_parser(
                 if not stack:
                     break
                 continue
-            if c == delim or c.isspace():
+            if c == delim or c in _PG_SPACE:
                 i += 1
                 continue
             depth = len(stack)
@@ -685,7 +688,7 @@ def _array_parser(
                 value = element(_unescape(m.group(1)))
             else:
                 m = unquoted.match(text, i)
-                raw = m.group(0).strip()
+                raw = m.group(0).strip(_PG_SPACE)
                 if not raw:
                     raise ValueError(f"unexpected {c!r} in array")
                 if raw.upper() == "NULL":

@@ -814,3 +814,10 @@ def test_postgresql_17_infinite_intervals_round_trip_in_text_form():
         {"type": "record", "name": "r", "fields": [{"name": "v", "type": intervals.schema}]})
     convert = text_converter(schema["fields"][0]["type"], named, "interval[]")
     assert convert(value) == "[0:1]={infinity,-infinity}"
+
+
+def test_array_white_space_is_postgresql_s_ascii_white_space():
+    # found by the hypothesis round trip: PostgreSQL leaves U+0085 (and other Unicode spaces)
+    # unquoted in array output; str.isspace() would have dropped the element
+    assert codec(arr(TEXT), ndims=1).from_text('{"",\x85,\u2003x}') == ["", "\x85", "\u2003x"]
+    assert codec(arr(TEXT), ndims=2).from_text("{{\x85}, {\u00a0}}") == [["\x85"], ["\u00a0"]]

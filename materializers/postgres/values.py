@@ -242,7 +242,7 @@ def _array_quoter(delim: str) -> Converter:
     (empty, ``NULL`` in any case, or holding a quote, backslash, brace, the delimiter or white
     space), so that an element kept as text (an array of a domain over an array) reads the same
     as in the source."""
-    special = re.compile(r'[{}"\\\s' + re.escape(delim) + "]")
+    special = re.compile(r'[{}"\\ \t\n\r\v\f' + re.escape(delim) + "]")
 
     def quote(text: str) -> str:
         if not text or special.search(text) or text.upper() == "NULL":
