@@ -81,6 +81,10 @@ def capture(
     replica_identity_full: bool = typer.Option(
         False, "--replica-identity-full",
         help="Set REPLICA IDENTITY FULL on tables with TOASTable columns."),
+    temporal_mode: str | None = typer.Option(
+        None, "--temporal-mode",
+        help="logical (default: Avro date/time logical types) or plain (ints with connect.name "
+             "annotations, which every Python consumer reads)"),
     config: Path | None = typer.Option(None, "--config", help="YAML file of these settings."),
 ) -> None:
     """Snapshot the source database, then stream its changes into Kafka, one topic per table."""
@@ -99,7 +103,8 @@ def capture(
         heartbeat_interval=heartbeat_interval,
         confirm_delay=confirm_delay,
         transaction_topic=transaction_topic or None,
-        replica_identity_full=replica_identity_full or None, config_file=config,
+        replica_identity_full=replica_identity_full or None, temporal_mode=temporal_mode,
+        config_file=config,
     )
     stop = stop_on_signals()
     run_capture(settings, stop)

@@ -49,9 +49,9 @@ class CodecSpec:
 
 def make_spec(
     schema: str, table: str, topic: str, columns: list[Column], key_columns: list[str],
-    fmt: str, registrar: Registrar | None,
+    fmt: str, registrar: Registrar | None, temporal_mode: str = "logical",
 ) -> CodecSpec:
-    key_schema, value_schema = record_schemas(schema, table, columns, key_columns)
+    key_schema, value_schema = record_schemas(schema, table, columns, key_columns, temporal_mode)
     key_id = value_id = None
     if fmt == "avro":
         if key_schema is not None:

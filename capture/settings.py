@@ -35,6 +35,7 @@ FLAGS = {
     "heartbeat_interval": "--heartbeat-interval", "transaction_topic": "--transaction-topic",
     "confirm_delay": "--confirm-delay",
     "replica_identity_full": "--replica-identity-full",
+    "temporal_mode": "--temporal-mode",
 }
 # Never echoed back, not even when invalid: they may carry passwords.
 SECRET_FIELDS = {"postgres", "broker", "schema_registry", "kafka_config", "topic_config"}
@@ -75,6 +76,9 @@ class CaptureSettings(BaseSettings):
     confirm_delay: float = Field(0.0, ge=0)
     transaction_topic: bool = False
     replica_identity_full: bool = False
+    # how dates and times are typed in the schemas (schemas/temporal.py): Avro logical types, or
+    # plain ints with connect.name annotations that every Avro library reads
+    temporal_mode: Literal["logical", "plain"] = "logical"
 
     config_file: Path | None = Field(None, exclude=True)
 

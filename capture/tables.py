@@ -34,6 +34,7 @@ class Tables:
         fmt: str,
         allow_unkeyed: bool,
         topic_config: dict[str, str],
+        temporal_mode: str = "logical",
     ):
         self.catalog = catalog
         self.registrar = registrar
@@ -42,6 +43,7 @@ class Tables:
         self.fmt = fmt
         self.allow_unkeyed = allow_unkeyed
         self.topic_config = topic_config
+        self.temporal_mode = temporal_mode
         self.created_topics: list[str] = []  # by this run: a failed start removes them
         self._codecs: dict[int, TableCodec] = {}
         self._type_cache: dict = {}
@@ -86,7 +88,8 @@ class Tables:
                 topics.ensure_topics(self.admin, [], [topic],
                                      config={**self.topic_config, "retention.ms": "-1"},
                                      created=self.created_topics)
-        spec = make_spec(schema, name, topic, columns, key, self.fmt, self.registrar)
+        spec = make_spec(schema, name, topic, columns, key, self.fmt, self.registrar,
+                         self.temporal_mode)
         self._codecs[oid] = spec.codec()
         return spec
 

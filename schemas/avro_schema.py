@@ -22,6 +22,7 @@ from schemas.pgtypes import (
     nullable,
     short_hash,
 )
+from schemas.temporal import in_mode
 
 __all__ = [
     "field_names",
@@ -89,9 +90,13 @@ def _field(column: Column, name: str, codec: Codec, defined: set[str], key: bool
 
 
 def record_schemas(
-    namespace_schema: str, table: str, columns: list[Column], key_columns: list[str]
+    namespace_schema: str, table: str, columns: list[Column], key_columns: list[str],
+    temporal_mode: str = "logical",
 ) -> tuple[dict | None, dict]:
     """(key record schema or None when ``key_columns`` is empty, value record schema).
+
+    ``temporal_mode`` (:mod:`schemas.temporal`): ``logical`` types dates and times with Avro
+    logical types, ``plain`` with ``connect.name`` annotations only; the values are the same.
 
     The value record is named after the table in the namespace of its schema (both sanitised);
     the key record has the same name in the namespace ``<schema>.key``, so that the two never
@@ -115,11 +120,11 @@ def record_schemas(
             "fields": [_field(columns[i], names[i], codecs[i], defined, key) for i in positions],
         }
 
-    value = record_in(namespace, range(len(columns)), key=False)
+    value = in_mode(record_in(namespace, range(len(columns)), key=False), temporal_mode)
     if not key_columns:
         return None, value
     key = record_in(f"{namespace}.key", _positions(columns, key_columns), key=True)
-    return key, value
+    return in_mode(key, temporal_mode), value
 
 
 def _positions(columns: Sequence[Column], wanted: Iterable[str]) -> list[int]:

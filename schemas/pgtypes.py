@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import re
 import struct
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from typing import Any
 from schemas.avro_names import full_name, resolve_names
 
 __all__ = [
+    "ARRAY_DIMENSION_SCHEMA",
     "AVRO_NAMESPACE",
     "DATE_NEG_INFINITY",
     "DATE_POS_INFINITY",
@@ -38,10 +40,14 @@ __all__ = [
     "Column",
     "PgType",
     "TypeConversionError",
+    "array_branches",
     "avro_name",
     "codec_for",
     "dedupe_named_types",
+    "general_array_schema",
+    "is_general_array",
     "libpq_options",
+    "nested_elements",
     "nullable",
     "numeric_precision_scale",
     "session_statements",
@@ -551,10 +557,93 @@ def _unescape(text: str) -> str:
     return _BACKSLASH_ESCAPE.sub(r"\1", text) if "\\" in text else text
 
 
+#: One dimension of a general array: PostgreSQL's lower bound and the number of elements.
+ARRAY_DIMENSION_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "ArrayDimension",
+    "namespace": AVRO_NAMESPACE,
+    "doc": "One dimension of a PostgreSQL array: its lower bound and its length.",
+    "fields": [{"name": "lower", "type": "int"}, {"name": "length", "type": "int"}],
+}
+#: Field names of the general array record (how views recognise it).
+GENERAL_ARRAY_FIELDS = ["dimensions", "elements"]
+
+
+def general_array_schema(name: str, namespace: str, leaf: Any) -> dict[str, Any]:
+    """The record that carries an array of any shape: its dimensions (lower bound, length),
+    outermost first, and its elements flat in PostgreSQL's (row-major) order; ``leaf`` is the
+    nullable element type."""
+    return {
+        "type": "record",
+        "name": name,
+        "namespace": namespace,
+        "doc": "A PostgreSQL array whose dimensions or lower bounds differ from the column's "
+               "declaration: dimensions outermost first, elements flat in row-major order.",
+        "fields": [
+            {"name": "dimensions", "type": {"type": "array", "items": ARRAY_DIMENSION_SCHEMA}},
+            {"name": "elements", "type": {"type": "array", "items": leaf}},
+        ],
+    }
+
+
+def is_general_array(schema: Any) -> bool:
+    """Whether ``schema`` (a resolved type) is a general array record."""
+    return (isinstance(schema, dict) and schema.get("type") == "record"
+            and [f["name"] for f in schema.get("fields", ())] == GENERAL_ARRAY_FIELDS)
+
+
+def array_branches(avro_type: Any, named: dict[str, dict]) -> tuple[dict, dict] | None:
+    """``(declared array schema, general array record)`` when ``avro_type`` (nullable or not,
+    references resolved through ``named``) is the union an array column has, else None."""
+    if not isinstance(avro_type, list):
+        return None
+    rest = [named.get(b, b) if isinstance(b, str) else b for b in avro_type if b != "null"]
+    if len(rest) != 2:
+        return None
+    declared, general = rest
+    if isinstance(declared, dict) and declared.get("type") == "array" \
+            and is_general_array(general):
+        return declared, general
+    return None
+
+
+def nested_elements(value: dict[str, Any]) -> list:
+    """A general array as nested lists, one level per dimension (the lower bounds dropped): for
+    views whose targets have no array bounds."""
+    items = value["elements"]
+    lengths = [d["length"] for d in value["dimensions"]]
+    for length in reversed(lengths[1:]):
+        items = [items[i : i + length] for i in range(0, len(items), length)]
+    return items
+
+
+def _array_shape(nested: list, dims: int) -> list[int]:
+    """The length of each of the ``dims`` dimensions of a parsed (rectangular) array."""
+    lengths, level = [], nested
+    for _ in range(dims):
+        lengths.append(len(level))
+        level = level[0] if level else []
+    return lengths
+
+
+def _flatten(nested: list, dims: int) -> list:
+    for _ in range(dims - 1):
+        nested = [x for sub in nested for x in sub]
+    return nested
+
+
+#: What PostgreSQL's array input skips as white space (array_isspace): ASCII only; Python's
+#: str.isspace() would also take U+0085 and other characters PostgreSQL leaves unquoted.
+_PG_SPACE = " \t\n\r\v\f"
+_BOUNDS = re.compile(r"\[(-?\d+):(-?\d+)\]")
+
+
 def _array_parser(
     element: Callable[[str], Any], delim: str, nesting: int, type_name: str
-) -> Callable[[str], list]:
-    """A parser of PostgreSQL's array text output with ``nesting`` dimensions."""
+) -> Callable[[str], list | dict]:
+    """A parser of PostgreSQL's array text output for a column declaring ``nesting``
+    dimensions: nested lists when the value has that many dimensions, each starting at 1 (or is
+    empty), else the general array record (dimensions and flat elements)."""
     quoted = re.compile(r'"((?:[^"\\]|\\.)*)"', re.S)
     unquoted = re.compile(r'(?:[^{}"\\' + re.escape(delim) + r"]|\\.)*", re.S)
     identity = element is _ident
@@ -584,7 +673,7 @@ def _array_parser(
                 if not stack:
                     break
                 continue
-            if c == delim or c.isspace():
+            if c == delim or c in _PG_SPACE:
                 i += 1
                 continue
             depth = len(stack)
@@ -599,7 +688,7 @@ def _array_parser(
                 value = element(_unescape(m.group(1)))
             else:
                 m = unquoted.match(text, i)
-                raw = m.group(0).strip()
+                raw = m.group(0).strip(_PG_SPACE)
                 if not raw:
                     raise ValueError(f"unexpected {c!r} in array")
                 if raw.upper() == "NULL":
@@ -615,9 +704,40 @@ def _array_parser(
             raise ValueError("array of empty sub-arrays")
         return root, leaf_depth
 
-    def parse(text: str) -> list:
-        if text[0] == "[":  # "[lo:hi]...=" decoration when a lower bound is not 1: dropped
-            text = text[text.index("=") + 1 :]
+    def general(nested: list, dims: int, lowers: list[int]) -> dict[str, Any]:
+        lengths = _array_shape(nested, dims)
+        elements = _flatten(nested, dims)
+        total = 1
+        for length in lengths:
+            total *= length
+        if total != len(elements):
+            raise ValueError("ragged array dimensions")
+        return {
+            "dimensions": [{"lower": lo, "length": n} for lo, n in zip(lowers, lengths,
+                                                                        strict=True)],
+            "elements": elements,
+        }
+
+    def decorated(text: str) -> dict[str, Any]:
+        """``[lo:hi]...={...}``: an array whose lower bounds are not all 1."""
+        eq = text.index("=")
+        bounds = [(int(a), int(b)) for a, b in _BOUNDS.findall(text, 0, eq)]
+        if not bounds or "".join(f"[{a}:{b}]" for a, b in bounds) != text[:eq].replace(" ", ""):
+            raise ValueError("bad array bounds decoration")
+        body = text[eq + 1 :].strip()
+        if body[:1] != "{" or body[-1:] != "}":
+            raise ValueError("not an array literal")
+        nested, dims = full(body)
+        if dims != len(bounds):
+            raise ValueError("the bounds decoration does not match the array's dimensions")
+        value = general(nested, dims, [lo for lo, _ in bounds])
+        if [d["length"] for d in value["dimensions"]] != [hi - lo + 1 for lo, hi in bounds]:
+            raise ValueError("the bounds decoration does not match the array's lengths")
+        return value
+
+    def parse(text: str) -> list | dict:
+        if text[0] == "[":
+            return decorated(text)
         if text[0] != "{" or text[-1] != "}":
             raise ValueError("not an array literal")
         if nesting == 1 and '"' not in text and "\\" not in text and text.find("{", 1) < 0:
@@ -632,12 +752,8 @@ def _array_parser(
                 for x in items
             ]
         result, dims = full(text)
-        if dims and dims != nesting:
-            raise TypeConversionError(
-                type_name,
-                text,
-                f"the value has {dims} dimension(s), the column declares {nesting}",
-            )
+        if dims and dims != nesting:  # PostgreSQL does not enforce the declaration
+            return general(result, dims, [1] * dims)
         return result
 
     return parse
@@ -846,12 +962,19 @@ def _build(pg: PgType, typmod: int, nesting: int) -> tuple[Any, Callable[[str], 
     if pg.element is not None and pg.category == "A":
         elem = pg.element
         elem_schema, elem_parse, elem_name = _build(elem, typmod, 1)
-        items: Any = nullable(elem_schema)
-        for _ in range(max(nesting, 1) - 1):
+        leaf = nullable(elem_schema)
+        items: Any = leaf
+        for _ in range(max(nesting, 1) - 1):  # sub-arrays are never null: only the leaf is
             items = {"type": "array", "items": items}
         name = f"{elem_name}[]"
         parse = _array_parser(elem_parse, elem.array_delimiter, max(nesting, 1), name)
-        return {"type": "array", "items": items}, parse, name
+        # One record per element type, whatever the column's dimensions; a typmod that
+        # changes the element's schema (numeric(p,s)) gets its own record.
+        record = f"{avro_name(elem.name, stable=True)}_array"
+        if typmod >= 0 and elem_schema != _build(elem, -1, 1)[0]:
+            record += "_" + short_hash(json.dumps(elem_schema, sort_keys=True))
+        general = general_array_schema(record, _type_namespace(elem), leaf)
+        return [{"type": "array", "items": items}, general], parse, name
     if kind == "e":
         return {"type": "string", "pg.enum": list(pg.labels)}, _ident, pg.name
     if kind == "r" and pg.subtype is not None:
@@ -914,6 +1037,9 @@ def text_parser(avro_type: Any, named: dict[str, dict], pg_type: str = "") -> Ca
     t = avro_type
     while True:
         if isinstance(t, list):
+            branches = array_branches(t, named)
+            if branches is not None:  # an array column: its declared shape tells the nesting
+                return _array_text_parser(branches[0], named, pg_type)
             rest = [b for b in t if b != "null"]
             if len(rest) != 1:  # numeric(p,s): [decimal, "string"]
                 return _parse_decimal_or_special
@@ -939,23 +1065,26 @@ def text_parser(avro_type: Any, named: dict[str, dict], pg_type: str = "") -> Ca
             return _range_parser(text_parser(t["fields"][1]["type"], named))
         return _ident
     if kind == "array":
-        items, nesting = t["items"], 1
-        while True:
-            inner = items
-            while isinstance(inner, list) and len(inner) == 2 and "null" in inner:
-                inner = next(b for b in inner if b != "null")
-            inner = named.get(inner, inner) if isinstance(inner, str) else inner
-            if not (isinstance(inner, dict) and inner.get("type") == "array"):
-                break
-            items, nesting = inner["items"], nesting + 1
-        if isinstance(inner, dict) and [f["name"] for f in inner.get("fields", ())] \
-                == _RANGE_FIELDS:  # a multirange
-            return _multirange_parser(text_parser(inner["fields"][1]["type"], named))
-        element_pg = pg_type.strip().removesuffix("[]").rsplit(".", 1)[-1].strip('"')
-        delim = ";" if element_pg.removesuffix("[]") == "box" else ","
-        return _array_parser(text_parser(items, named), delim, nesting, pg_type or "array")
+        return _array_text_parser(t, named, pg_type)
     if kind == "map":
         return _parse_hstore
     if isinstance(kind, str) and kind in _PRIMITIVE_PARSERS:
         return _PRIMITIVE_PARSERS[kind]
     return _ident
+
+
+def _array_text_parser(t: dict, named: dict[str, dict], pg_type: str) -> Callable[[str], Any]:
+    """The parser of an array type found in a schema: non-null ``array`` items are further
+    dimensions, nullable items the element (PostgreSQL's array elements are nullable, its
+    sub-arrays never); an array of non-null range records is a multirange."""
+    items, nesting = t["items"], 1
+    while True:
+        inner = named.get(items, items) if isinstance(items, str) else items
+        if not (isinstance(inner, dict) and inner.get("type") == "array"):
+            break
+        items, nesting = inner["items"], nesting + 1
+    if isinstance(inner, dict) and [f["name"] for f in inner.get("fields", ())] == _RANGE_FIELDS:
+        return _multirange_parser(text_parser(inner["fields"][1]["type"], named))
+    element_pg = pg_type.strip().removesuffix("[]").rsplit(".", 1)[-1].strip('"')
+    delim = ";" if element_pg.removesuffix("[]") == "box" else ","
+    return _array_parser(text_parser(items, named), delim, nesting, pg_type or "array")

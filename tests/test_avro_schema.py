@@ -180,7 +180,8 @@ def test_named_types_used_several_times_are_defined_once():
     _, value = record_schemas("public", "orders", _table(), ["id"])
     text = json.dumps(value)
     assert text.count('"name": "Interval"') == 1
-    assert text.count('"bottler.pg.Interval"') == 2  # paused, pauses
+    # paused, pauses, and the elements of pauses' general array record
+    assert text.count('"bottler.pg.Interval"') == 3
     assert text.count('"name": "int4range"') == 1
     assert text.count('"bottler.pg.int4range"') == 1  # the multirange's items
     fastavro.parse_schema(value)
@@ -335,3 +336,21 @@ def test_without_logical_types_reads_values_datetime_cannot_hold():
     assert "logicalType" not in json.dumps(stripped["fields"][0])
     assert "decimal" in json.dumps(stripped)
     assert "decimal" not in json.dumps(without_logical_types(value, keep=()))
+
+
+def test_the_array_union_is_a_backward_compatible_change_and_so_is_a_temporal_mode_switch():
+    from schemas.registry import compatibility
+    from schemas.temporal import plain_temporal
+
+    def parse(schema):
+        return compatibility.parse(json.dumps(schema))
+
+    declared_only = {"type": "record", "name": "t", "namespace": "public", "fields": [
+        {"name": "a", "type": ["null", {"type": "array", "items": ["null", "int"]}],
+         "default": None}]}
+    array = PgType(1007, "_int4", "pg_catalog", "b", "A", element=INT4)
+    _, union = record_schemas("public", "t", [Column("a", array, ndims=1)], [])
+    assert compatibility.check("BACKWARD", parse(union), [(1, parse(declared_only))]) == []
+    assert compatibility.check("FORWARD", parse(union), [(1, parse(declared_only))])
+    _, value = record_schemas("public", "orders", _table(), ["id"])
+    assert compatibility.check("FULL", parse(plain_temporal(value)), [(1, parse(value))]) == []

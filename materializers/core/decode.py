@@ -16,6 +16,7 @@ from materializers.core.changes import TableId
 from schemas.avro_reader import Reader, compile_reader
 from schemas.avro_schema import without_logical_types
 from schemas.serde import split
+from schemas.temporal import logical_temporal
 
 _FRAME = 5  # Confluent's framing: magic byte 0, then the schema id (4 bytes, big-endian)
 _ID = struct.Struct(">I")
@@ -68,7 +69,8 @@ class Decoder:
         if registered.schema_type not in (None, "AVRO"):
             raise DecodeError(f"schema id {schema_id} is {registered.schema_type}, not Avro")
         try:
-            schema = json.loads(registered.schema_str)
+            # either temporal mode reads as the logical one: views map types one way
+            schema = logical_temporal(json.loads(registered.schema_str))
             plain = without_logical_types(schema)
             parsed = fastavro.parse_schema(plain)
         except (ValueError, fastavro.schema.SchemaParseException) as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -24,7 +25,9 @@ from schemas.pgtypes import (
     INTERVAL_POS_INFINITY,
     TS_NEG_INFINITY,
     TS_POS_INFINITY,
+    array_branches,
     civil_from_days,
+    nested_elements,
 )
 
 __all__ = [
@@ -89,6 +92,9 @@ def derived_type(avro_type: Any, named: Mapping[str, dict], hstore: bool = False
     not have as a built-in): enums, composites and unknown types are ``text``, domains their base
     as the Avro type tells it, hstore maps ``hstore`` (``hstore=True``: the target has it) or
     ``jsonb``."""
+    branches = array_branches(avro_type, named)
+    if branches is not None:  # an array column: its declared shape
+        return derived_type(branches[0], named, hstore)
     t = _resolve(avro_type, named)
     if isinstance(t, list):  # numeric(p,s): [decimal, "string"]
         decimals = [x for x in t if isinstance(x, dict) and x.get("logicalType") == "decimal"]
@@ -107,12 +113,16 @@ def derived_type(avro_type: Any, named: Mapping[str, dict], hstore: bool = False
                 "time-micros": "time without time zone"}.get(logical, "text")
     kind = t.get("type")
     if kind == "array":
-        items = _resolve(t["items"], named)
-        if isinstance(items, dict) and items.get("type") == "array":
-            return derived_type(items, named, hstore)
-        if _is_range(items):
+        items = t["items"]
+        inner = named.get(items, items) if isinstance(items, str) else items
+        if isinstance(inner, dict) and inner.get("type") == "array":
+            return derived_type(inner, named, hstore)  # a further dimension
+        if _is_range(inner):
             return "text"  # a user multirange: kept as its text
-        return derived_type(items, named, hstore) + "[]"
+        element = derived_type(items, named, hstore)
+        # elements that are arrays themselves (a domain over an array) have no array type of
+        # their own: kept as their text
+        return ("text" if element.endswith("[]") else element) + "[]"
     if kind == "map":
         return "hstore" if hstore else "jsonb"
     if _is_interval(t):
@@ -227,17 +237,47 @@ def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _array(element: Converter, delim: str) -> Converter:
-    def convert(value: list) -> str:
+def _array_quoter(delim: str) -> Converter:
+    """An array element as PostgreSQL's array output writes it: quoted only when it must be
+    (empty, ``NULL`` in any case, or holding a quote, backslash, brace, the delimiter or white
+    space), so that an element kept as text (an array of a domain over an array) reads the same
+    as in the source."""
+    special = re.compile(r'[{}"\\ \t\n\r\v\f' + re.escape(delim) + "]")
+
+    def quote(text: str) -> str:
+        if not text or special.search(text) or text.upper() == "NULL":
+            return _quote(text)
+        return text
+
+    return quote
+
+
+def _array(element: Converter, delim: str, nesting: int) -> Converter:
+    """An array of ``nesting`` declared dimensions, given as nested lists (the declared
+    branch) or as the general array record (any dimensions, any lower bounds)."""
+
+    quote = _array_quoter(delim)
+
+    def braces(value: list, depth: int) -> str:
         parts = []
         for item in value:
             if item is None:
                 parts.append("NULL")
-            elif isinstance(item, list):
-                parts.append(convert(item))
+            elif depth > 1:
+                parts.append(braces(item, depth - 1))
             else:
-                parts.append(_quote(element(item)))
+                parts.append(quote(element(item)))
         return "{" + delim.join(parts) + "}"
+
+    def convert(value: list | Mapping[str, Any]) -> str:
+        if isinstance(value, list):
+            return braces(value, nesting)
+        dims = value["dimensions"]
+        text = braces(nested_elements(value), len(dims)) if dims else "{}"
+        if any(d["lower"] != 1 for d in dims):
+            text = "".join(f"[{d['lower']}:{d['lower'] + d['length'] - 1}]" for d in dims) \
+                + "=" + text
+        return text
 
     return convert
 
@@ -273,6 +313,9 @@ def text_converter(avro_type: Any, named: Mapping[str, dict], pg_type: str = "",
     """``value -> PostgreSQL text`` for a field of ``avro_type`` (None is never passed).
     ``pg_type`` is the source's declared type (for the array delimiter of ``box[]``),
     ``target_type`` the column's type in the target (a map becomes JSON unless it is hstore)."""
+    branches = array_branches(avro_type, named)
+    if branches is not None:  # an array column: the declared shape, or the general record
+        return text_converter(branches[0], named, pg_type, target_type)
     t = _resolve(avro_type, named)
     if isinstance(t, list):
         return _decimal
@@ -292,15 +335,21 @@ def text_converter(avro_type: Any, named: Mapping[str, dict], pg_type: str = "",
         return time_text
     kind = t.get("type")
     if kind == "array":
-        items = _resolve(t["items"], named)
-        while isinstance(items, dict) and items.get("type") == "array":
-            items = _resolve(items["items"], named)
-        if _is_range(items):  # a multirange
-            one = _range(_bound_converter(items, named))
+        # Non-null array items are further dimensions, nullable items the element (sub-arrays
+        # are never null in PostgreSQL); non-null range items make a multirange.
+        items, nesting = t["items"], 1
+        inner = named.get(items, items) if isinstance(items, str) else items
+        while isinstance(inner, dict) and inner.get("type") == "array":
+            items, nesting = inner["items"], nesting + 1
+            inner = named.get(items, items) if isinstance(items, str) else items
+        if _is_range(inner):  # a multirange
+            one = _range(_bound_converter(inner, named))
             return lambda v: "{" + ",".join(one(r) for r in v) + "}"
-        element_pg = pg_type.removesuffix("[]").strip()
+        element_pg = pg_type.strip()
+        while element_pg.endswith("[]"):
+            element_pg = element_pg.removesuffix("[]").strip()
         delim = ";" if element_pg == "box" else ","
-        return _array(text_converter(items, named, element_pg, ""), delim)
+        return _array(text_converter(items, named, element_pg, ""), delim, nesting)
     if kind == "map":
         return _json_map if target_type.startswith("json") else _hstore
     if _is_interval(t):

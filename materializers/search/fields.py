@@ -19,6 +19,8 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
+from schemas.pgtypes import array_branches
+
 Converter = Callable[[Any], Any]
 Named = dict[str, Any]  # full name -> named Avro type: see schemas.avro_names.resolve_names
 
@@ -46,6 +48,9 @@ def field_shape(avro: Any, pg_type: str, named: Named, flattened: str = "flatten
     """``(mapping, converter)`` of a field: its search mapping and the function from the decoded
     value to JSON (None: the value is JSON already). ``flattened``: the cluster's name of the
     flattened field type."""
+    arrays = array_branches(avro, named)
+    if arrays is not None:
+        return _array_field(arrays[0], pg_type, named, flattened)
     branches = [b for b in (avro if isinstance(avro, list) else [avro]) if b != "null"]
     if not branches:
         return dict(KEYWORD), None
@@ -64,6 +69,26 @@ def field_shape(avro: Any, pg_type: str, named: Named, flattened: str = "flatten
         return _first_that_fits(converters, value)
 
     return mapping, union
+
+
+def _array_field(declared: dict, pg_type: str, named: Named, flattened: str
+                 ) -> tuple[dict[str, Any], Converter | None]:
+    """An array column: mapped as its declared shape; a value of another shape (the general
+    array record) is indexed as its elements, flat (search arrays are flat anyway)."""
+    mapping, convert = field_shape(declared, pg_type, named, flattened)
+    items = declared["items"]
+    while isinstance(items, dict) and items.get("type") == "array":
+        items = items["items"]
+    _, leaf = field_shape(items, pg_type, named, flattened)
+
+    def array(value: Any) -> Any:
+        if isinstance(value, dict):
+            elements = value["elements"]
+            return elements if leaf is None else [
+                None if v is None else leaf(v) for v in elements]
+        return value if convert is None else convert(value)
+
+    return mapping, array
 
 
 def _first_that_fits(converters: list[Converter], value: Any) -> Any:

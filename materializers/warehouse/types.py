@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.avro_names import resolve_names
+from schemas.pgtypes import array_branches, nested_elements
 
 DATE_MIN, DATE_MAX = -719162, 2932896  # 0001-01-01, 9999-12-31 in days since 1970-01-01
 TS_MIN, TS_MAX = DATE_MIN * 86_400_000_000, (DATE_MAX + 1) * 86_400_000_000 - 1
@@ -101,6 +102,9 @@ def mapped(avro: Any, named: dict[str, Any] | None = None) -> Mapped:
             return mapped(named[avro], named)
         return _PRIMITIVES.get(avro) or Mapped(pa.string(), _json)
     if isinstance(avro, list):
+        arrays = array_branches(avro, named)
+        if arrays is not None:
+            return _array_column(arrays[0], named)
         branches = [b for b in avro if b != "null"]
         if len(branches) == 1:
             return mapped(branches[0], named)
@@ -157,6 +161,27 @@ def mapped(avro: Any, named: dict[str, Any] | None = None) -> Mapped:
     if kind == "fixed":
         return Mapped(pa.binary())
     return mapped(kind, named)  # {"type": "long", "logicalType": "time-micros"} and the like
+
+
+def _array_column(declared: dict, named: dict[str, Any]) -> Mapped:
+    """An array column: a list of its declared dimensions. A value of another shape (the
+    general array record) fits when it has as many dimensions (its lower bounds dropped, as
+    Delta lists have none); one with more or fewer is refused (:class:`OutOfRange`)."""
+    inner = mapped(declared, named)
+    depth, items = 1, declared["items"]
+    while isinstance(items, dict) and items.get("type") == "array":
+        depth, items = depth + 1, items["items"]
+    each = inner.convert
+
+    def convert(v: Any) -> Any:
+        if isinstance(v, dict):
+            if len(v["dimensions"]) != depth:
+                raise OutOfRange(f"an array of {len(v['dimensions'])} dimension(s) in a "
+                                 f"column of {depth}: Delta lists have a fixed depth")
+            v = nested_elements(v)
+        return v if each is None else each(v)
+
+    return Mapped(inner.arrow, convert)
 
 
 _PRIMITIVES = {
