@@ -12,6 +12,7 @@ from common import options
 from common.errors import BottlerError
 from common.signals import stop_on_signals
 
+log = logging.getLogger(__name__)
 warehouse_app = typer.Typer(no_args_is_help=True, help="Maintain the Delta warehouse tables.")
 
 PATH = typer.Option(..., "--path", envvar="BOTTLER_WAREHOUSE_PATH",
@@ -36,13 +37,18 @@ def materialize_warehouse(
     metrics_port: int | None = options.MetricsPort,
 ) -> None:
     """Merge the table topics into Delta Lake tables with PySpark."""
+    from materializers.warehouse import jvm
     from materializers.warehouse.job import WarehouseJob, spark_session
 
     options.poison_policy(on_poison)  # before Spark takes its seconds to start
     options.serve_metrics(metrics_port)
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    spark = spark_session(master)
+    try:
+        spark = spark_session(master)
+    except jvm.Stopped as stopped:
+        log.info("warehouse %s", stopped)
+        return
     job = WarehouseJob(spark, str(path), bootstrap=broker, registry=schema_registry,
                        prefix=topic_prefix, topics=topics or None, on_poison=on_poison,
                        max_messages=max_messages)
@@ -56,7 +62,7 @@ def materialize_warehouse(
         job.run(stop, interval)
     finally:
         job.close()
-        spark.stop()
+        jvm.stop(spark)
 
 
 @warehouse_app.command("optimize")
