@@ -148,16 +148,16 @@ def test_down_at_a_moment_of_up_leaves_no_process(stack_dir, moment):
             if moment == "up done":
                 assert up.returncode == 0, up.stdout.read()
             outcome = Stack(root).down()
-            up.wait(30)  # interrupted by `down` if it was still starting things
+            said = up.communicate(timeout=30)[0]  # interrupted by `down` if still starting
         finally:
             if up.poll() is None:
                 up.kill()
                 up.wait()
-        assert tracker.alive() == [], outcome
+        assert tracker.alive() == [], (outcome, said)
     if moment == "spark starting":  # `down` reached the warehouse before Spark was up
         assert "stopped during Spark's start" in (root / "logs" / "warehouse.log").read_text()
     if moment != "up done":
-        assert outcome.get("stack up") == "interrupted"
+        assert outcome.get("stack up") == "interrupted", (outcome, said)
 
 
 # -- the warehouse alone, during Spark's start ---------------------------------------------
