@@ -95,6 +95,56 @@ class PidFile:
         self.path.unlink(missing_ok=True)
 
 
+# In the environment of every process the stack starts, as "<service>@<stack dir>"; inherited by
+# whatever that process starts in turn (Spark's JVM, workers), so what a service leaves behind
+# is found even once orphaned or in a process group of its own.
+MARK = "BOTTLER_STACK_PROCESS"
+
+
+def marked(value: str) -> list[int]:
+    """The live processes (other than this one) whose environment holds ``MARK=value``."""
+    needle = f"\0{MARK}={value}\0".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:  # gone, or not ours to read
+            continue
+        if needle in b"\0" + environ and pid_alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def end_marked(value: str, settle: float = 1.0, grace: float = 5.0) -> int:
+    """End every process marked ``value``: those still there after ``settle`` seconds (a
+    helper finishing on its own, as multiprocessing's resource tracker does) get SIGTERM, then
+    SIGKILL after ``grace`` seconds. Returns how many had to be signalled."""
+    left = _gone_within(marked(value), settle)
+    signalled = len(left)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        left = _gone_within(left, grace)
+        if not left:
+            break
+    return signalled
+
+
+def _gone_within(pids: list[int], timeout: float) -> list[int]:
+    """Waits until the processes are gone or ``timeout`` passed; returns those still alive."""
+    deadline = time.monotonic() + timeout
+    while pids and time.monotonic() < deadline:
+        for pid in pids:
+            _reap(pid)
+        pids = [pid for pid in pids if pid_alive(pid)]
+        if pids:
+            time.sleep(0.05)
+    return pids
+
+
 def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """Start a detached process (own session, so Ctrl-C on the caller does not reach it)."""
     log.parent.mkdir(parents=True, exist_ok=True)

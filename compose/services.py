@@ -13,7 +13,7 @@ import httpx
 import noida_db
 
 from common.errors import BottlerError
-from compose.procs import PidFile, port_answers, spawn, terminate, wait_until
+from compose.procs import MARK, PidFile, end_marked, port_answers, spawn, terminate, wait_until
 
 
 def http_ok(url: str) -> Callable[[], bool]:
@@ -28,7 +28,8 @@ def http_ok(url: str) -> Callable[[], bool]:
 
 @dataclass
 class Service:
-    """A process we start detached, track by PID file and stop gracefully."""
+    """A process we start detached, track by PID file and stop gracefully, with whatever it
+    started (the processes carrying its :attr:`mark`)."""
 
     name: str
     argv: list[str]
@@ -36,14 +37,20 @@ class Service:
     ready: Callable[[], bool]
     pidfile: Path
     log: Path
+    stack: Path  # the stack's directory
     start_timeout: float = 30.0
     env: dict[str, str] | None = None  # secrets go here, not in argv (which `ps` shows)
+
+    @property
+    def mark(self) -> str:
+        """The value of ``MARK`` in the environment of this service's processes."""
+        return f"{self.name}@{self.stack}"
 
     def running_pid(self) -> int | None:
         return PidFile(self.pidfile, self.marker).running_pid()
 
     def start(self) -> None:
-        proc = spawn(self.argv, self.log, env={**os.environ, **self.env} if self.env else None)
+        proc = spawn(self.argv, self.log, env={**os.environ, **(self.env or {}), MARK: self.mark})
         PidFile(self.pidfile, self.marker).write(proc.pid)
 
         def ready_or_dead() -> bool:
@@ -60,10 +67,13 @@ class Service:
                 f"see {self.log}",
             )
 
-    def stop(self) -> None:
+    def stop(self) -> int:
+        """Stop the process gracefully, then end what it left (a child it did not stop, one
+        orphaned when it crashed): returns how many such processes were ended."""
         if (pid := self.running_pid()) is not None:
             terminate(pid)
         PidFile(self.pidfile, self.marker).clear()
+        return end_marked(self.mark)
 
 
 def noida_binary() -> Path:
@@ -85,6 +95,7 @@ def broker(root: Path, kafka_port: int, search_port: int) -> Service:
         ready=lambda: port_answers(kafka_port) and http_ok(f"http://127.0.0.1:{search_port}/")(),
         pidfile=root / "run" / "broker.pid",
         log=root / "logs" / "broker.log",
+        stack=root,
     )
 
 
@@ -99,6 +110,7 @@ def registry(root: Path, port: int, kafka_port: int) -> Service:
         ready=http_ok(f"http://127.0.0.1:{port}/subjects"),
         pidfile=root / "run" / "registry.pid",
         log=root / "logs" / "registry.log",
+        stack=root,
         start_timeout=60.0,
     )
 
@@ -114,6 +126,7 @@ def _app(root: Path, name: str, command: list[str], env: dict[str, str],
         ready=http_ok(f"http://127.0.0.1:{metrics_port}/metrics"),
         pidfile=root / "run" / f"{name}.pid",
         log=root / "logs" / f"{name}.log",
+        stack=root,
         env=env,
     )
 

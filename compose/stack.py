@@ -4,6 +4,7 @@ local processes, with data, logs and PID files under one directory (``.stack/`` 
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 import tempfile
@@ -16,7 +17,7 @@ from common.errors import BottlerError
 from compose import services
 from compose.demo import seed
 from compose.postgres import PostgresCluster
-from compose.procs import free_port, port_is_free
+from compose.procs import PidFile, free_port, port_is_free, terminate
 
 SOURCE_DB = "shop"
 REPLICA_DB = "replica"  # the target-Postgres replica's database (make up)
@@ -147,6 +148,11 @@ class Stack:
     def running(self) -> bool:
         return any(pid is not None for pid in self.status().values())
 
+    @property
+    def _starter(self) -> PidFile:
+        """The `bottler stack up` under way, so that `down` can interrupt it."""
+        return PidFile(self.root / "run" / "up.pid", "stack up")
+
     def up(self, apps: tuple[str, ...] = (), demo: bool = False) -> dict[str, str]:
         """Start whatever is not running: the services, then (seeding the demo shop first if
         asked) the apps asked for now and those enabled before. Says what happened to each."""
@@ -158,11 +164,15 @@ class Stack:
         self.root.mkdir(parents=True, exist_ok=True)
         self.root.chmod(0o755)  # the postgres system user must traverse it when we are root
         self._save_state()
-        outcome = self._start(self.ORDER)
-        self._write_env()
-        if demo:  # before the apps, so the capture's snapshot has the shop
-            seed(self.endpoints.pg_dsn)
-        return outcome | self._start(tuple(self.apps))
+        self._starter.write(os.getpid())
+        try:
+            outcome = self._start(self.ORDER)
+            self._write_env()
+            if demo:  # before the apps, so the capture's snapshot has the shop
+                seed(self.endpoints.pg_dsn)
+            return outcome | self._start(tuple(self.apps))
+        finally:
+            self._starter.clear()
 
     def _start(self, names: tuple[str, ...]) -> dict[str, str]:
         outcome = {}
@@ -182,12 +192,20 @@ class Stack:
         return outcome
 
     def down(self) -> dict[str, str]:
+        """Stop everything, at any moment: a `stack up` still starting things (in another
+        process) first, then each part with whatever it left behind."""
         outcome = {}
+        if (starter := self._starter.running_pid()) not in (None, os.getpid()):
+            terminate(starter)
+            self._starter.clear()
+            outcome["stack up"] = "interrupted"
         for name in reversed(self.ORDER + self.APPS):
             part = self.part(name)
             was_running = part.running_pid() is not None
-            part.stop()
+            left = part.stop()
             outcome[name] = "stopped" if was_running else "not running"
+            if left:
+                outcome[name] += f" ({left} leftover process{'es' if left > 1 else ''} ended)"
         return outcome
 
     def restart(self, name: str) -> None:

@@ -13,6 +13,7 @@ from common import options
 from common.errors import BottlerError
 from common.signals import stop_on_signals
 
+log = logging.getLogger(__name__)
 warehouse_app = typer.Typer(no_args_is_help=True, help="Maintain the Delta warehouse tables.")
 
 PATH = typer.Option(..., "--path", envvar="BOTTLER_WAREHOUSE_PATH",
@@ -38,6 +39,7 @@ def materialize_warehouse(
     metrics_host: str = options.MetricsHost,
 ) -> None:
     """Merge the table topics into Delta Lake tables with PySpark."""
+    from materializers.warehouse import jvm
     from materializers.warehouse.job import WarehouseJob, spark_session
 
     options.poison_policy(on_poison)  # before Spark takes its seconds to start
@@ -45,7 +47,11 @@ def materialize_warehouse(
     options.serve_metrics(metrics_port, metrics_host)
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    spark = spark_session(master)
+    try:
+        spark = spark_session(master)
+    except jvm.Stopped as stopped:
+        log.info("warehouse %s", stopped)
+        return
     job = WarehouseJob(spark, str(path), bootstrap=broker, registry=schema_registry,
                        prefix=topic_prefix, topics=topics or None, on_poison=on_poison,
                        max_messages=max_messages)
@@ -59,7 +65,7 @@ def materialize_warehouse(
         job.run(stop, interval)
     finally:
         job.close()
-        spark.stop()
+        jvm.stop(spark)
 
 
 @warehouse_app.command("optimize")

@@ -43,6 +43,7 @@ from materializers.core.changes import Change, TopicPartition, table_of
 from materializers.core.decode import DecodeError, truncate_event
 from materializers.core.loop import PoisonMessage
 from materializers.core.sink import RejectedChange
+from materializers.warehouse import jvm
 from materializers.warehouse.delta import DeltaWriter, writer_for
 from materializers.warehouse.sink import DeltaSink
 from materializers.warehouse.source import NAME, KafkaRanges, decoder, read_range
@@ -53,18 +54,20 @@ log = logging.getLogger(__name__)
 
 def spark_session(master: str = "local[2]", app: str = "bottler-warehouse"):
     """A Spark session whose Python workers run this interpreter (so they import bottler), with
-    the ``bottler_kafka`` data source registered."""
+    the ``bottler_kafka`` data source registered. Its JVM dies with this process; SIGTERM or
+    SIGINT during the start ends it and raises :class:`jvm.Stopped`; end the session with
+    :func:`jvm.stop`."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master(master).appName(app)
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "4")
-             .config("spark.driver.memory", "2g")
-             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-             .getOrCreate())
+    builder = (SparkSession.builder.master(master).appName(app)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.driver.memory", "2g")
+               .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
+    spark = jvm.start(builder)
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(KafkaRanges)
     return spark

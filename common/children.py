@@ -1,0 +1,20 @@
+"""Child processes that die with their parent, even when the parent is killed with SIGKILL."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)  # Linux only
+
+
+def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> None:
+    """Run in the child (a Popen ``preexec_fn``, a worker's first step): the kernel sends it
+    ``sig`` when ``parent`` ends, however it ends. Strictly, when the *thread* that forked the
+    child ends: fork from the main thread. A child whose parent is already gone ends now."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, int(sig))
+    if os.getppid() != parent:  # the parent died before the kernel knew to tell us
+        os.kill(os.getpid(), sig)
