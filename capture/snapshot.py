@@ -4,7 +4,6 @@ and copied in parallel by worker processes that each import the same snapshot.""
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import multiprocessing as mp
 import os
@@ -32,13 +31,13 @@ from capture.encoding import CodecSpec
 from capture.publisher import DataError, Publisher
 from capture.source import SourceTable, session_connect
 from common import gctune
+from common.children import die_with_parent
 from common.errors import BottlerError
 from common.redact import redact
 
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY = 5000  # rows between progress reports from a worker
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 @dataclass(frozen=True)
@@ -227,7 +226,7 @@ _worker: dict = {}
 
 
 def _worker_main(parent, dsn, snapshot, producer_config, on_error, tasks, results) -> None:
-    _die_with(parent)
+    die_with_parent(parent)  # a worker never outlives the capture, even one killed -9
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent
     # decides, and ends the workers itself
 
@@ -253,24 +252,6 @@ def _worker_main(parent, dsn, snapshot, producer_config, on_error, tasks, result
                          "run the capture again: it resumes the snapshot"))
             return
         results.put(("done", chunk.id))
-
-
-def _die_with(parent: int) -> None:
-    """A worker must not outlive the capture, even one killed with SIGKILL: Linux sends it
-    SIGKILL when its parent dies (PR_SET_PDEATHSIG); elsewhere a thread watches the parent."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
-            raise OSError(ctypes.get_errno(), "prctl")
-    except (OSError, AttributeError):
-        def watch():
-            while os.getppid() == parent:
-                time.sleep(1)
-            os._exit(1)
-
-        threading.Thread(target=watch, daemon=True).start()
-    if os.getppid() != parent:  # it died before the request took effect
-        os._exit(1)
 
 
 def _copy_chunk(chunk: Chunk) -> int:
