@@ -3,14 +3,12 @@ warehouse`, `bottler reindex`, `bottler translate`), each written once so that a
 same environment variable, has the same default and says the same thing in every command.
 
 Constants are typer defaults to use as they are; the functions make the options whose default or
-help legitimately differ between commands. `poison_policy` and `serve_metrics` are what the
-commands do with two of them."""
+help legitimately differ between commands. `serve_metrics` is what the commands do with one of
+them; --on-poison is checked by the core (materializers.core.poison.checked)."""
 
 from __future__ import annotations
 
 import typer
-
-from common.errors import BottlerError
 
 Broker = typer.Option("localhost:9092", "--broker", "-b", envvar="BOTTLER_KAFKA",
                       help="Kafka bootstrap servers [env: BOTTLER_KAFKA]")
@@ -20,8 +18,6 @@ SchemaRegistry = typer.Option("http://localhost:8081", "--schema-registry", "-r"
 TopicPrefix = typer.Option("", "--topic-prefix", "-p", envvar="BOTTLER_TOPIC_PREFIX",
                            help="The capture's --topic-prefix.")
 MetricsPort = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on this port.")
-
-POISON_POLICIES = ("dead-letter", "stop")
 
 
 def _topics(verb: str):
@@ -51,13 +47,6 @@ def batch_size(default: int = 5000, help: str = "Messages per batch."):
 
 def once(help: str = "Stop once caught up."):
     return typer.Option(False, "--once", help=help)
-
-
-def poison_policy(value: str) -> str:
-    """The --on-poison value, checked before anything starts."""
-    if value not in POISON_POLICIES:
-        raise BottlerError(f"--on-poison must be dead-letter or stop, not {value!r}")
-    return value
 
 
 def serve_metrics(port: int | None) -> None:

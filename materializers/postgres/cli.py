@@ -24,10 +24,10 @@ def materialize_postgres(
     metrics_port: int | None = options.MetricsPort,
 ) -> None:
     """Keep a replica of the captured tables in the target database (no foreign keys)."""
-    from materializers.core import Materializer
+    from materializers.core import Materializer, poison
     from materializers.postgres.sink import PostgresSink
 
-    options.poison_policy(on_poison)
+    poison.checked(on_poison)
     options.serve_metrics(metrics_port)
     sink = PostgresSink(target, group_id)
     gctune.tune()

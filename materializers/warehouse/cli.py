@@ -36,9 +36,10 @@ def materialize_warehouse(
     metrics_port: int | None = options.MetricsPort,
 ) -> None:
     """Merge the table topics into Delta Lake tables with PySpark."""
+    from materializers.core import poison
     from materializers.warehouse.job import WarehouseJob, spark_session
 
-    options.poison_policy(on_poison)  # before Spark takes its seconds to start
+    poison.checked(on_poison)  # before Spark takes its seconds to start
     options.serve_metrics(metrics_port)
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
