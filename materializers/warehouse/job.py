@@ -117,10 +117,11 @@ class WarehouseJob:
     def run_until_caught_up(self) -> BatchResult:
         """Batches until every partition reached the high watermark it had at the start: a
         warehouse load. Returns the totals."""
-        target = self._watermarks(self._partitions())
-        while target is None:  # the broker restarting
+        marks = self._watermarks(self._partitions())
+        while marks is None:  # the broker restarting
             time.sleep(1.0)
-            target = self._watermarks(self._partitions())
+            marks = self._watermarks(self._partitions())
+        target = {tp: high for tp, (_, high) in marks.items()}
         total = BatchResult()
         while True:
             result = self.batch()
