@@ -128,12 +128,14 @@ class TranslatorRunner:
             "partitioner": "murmur2_random",  # Java's: the events of a key in one partition
             "linger.ms": 5,
             "transaction.timeout.ms": transaction_timeout_ms,
+            "error_cb": self._producer_error,
             **(producer_config or {}),
         }
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._position: dict[TopicPartition, int] = {}
         self._events: dict[str, int] = {}  # events of the open transaction, per topic
+        self._broker_was_away = False  # all brokers were down, or a watermark read failed
         self._watermarks = watermarks.Schedule(watermark_interval)
 
     # -- public API ---------------------------------------------------------------------
@@ -181,8 +183,7 @@ class TranslatorRunner:
         self._encoder = EventEncoder(self.registry, list(self.translator.outputs), self.outputs)
         # First the producer: initialising it fences any predecessor and aborts its open
         # transaction, so what the changelog and the committed offsets hold is final.
-        self._producer = Producer(self._producer_config)
-        self._producer.init_transactions(60)
+        self._new_producer()
         if self.translator.keep_previous:
             self.state.restore(self.bootstrap)
             metrics.STATE_ROWS.labels(self.group_id).set(len(self.state))
@@ -272,7 +273,23 @@ class TranslatorRunner:
         self._refresh_watermarks(force=len(messages) < self.batch_size)
         self.tracker.check()
 
+    def _new_producer(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(10)
+        self._producer = Producer(self._producer_config)
+        self._producer.init_transactions(60)
+        self._broker_was_away = False
+
+    def _producer_error(self, error: KafkaError) -> None:
+        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+            self._broker_was_away = True
+
     def _transact(self, messages: list[Message]) -> None:
+        if self._broker_was_away:
+            # A transactional session does not survive a broker restart (the embedded broker
+            # forgets it: the next send_offsets_to_transaction would hang): a new one, between
+            # two transactions, fences the old.
+            self._new_producer()
         producer = self._producer
         assert producer is not None
         self._events = {}
@@ -418,6 +435,7 @@ class TranslatorRunner:
             return
         marks = watermarks.read(self._consumer, self.tracker.partitions, self.group_id)
         if marks is None:  # the broker restarting: the lag waits for it
+            self._broker_was_away = True
             return
         lost = positions.lost_ends(self._position, {tp: h for tp, (_, h) in marks.items()})
         for tp in positions.replayed(self.group_id, lost, self._position, None):
