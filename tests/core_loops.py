@@ -216,6 +216,7 @@ class TranslatorLoop:
 
     def __init__(self, stack, request):
         self.stack = stack
+        self._decode: AvroDeserializer | None = None
 
     def view(self, refuse: Refuse | None = None, sink=None) -> Mirror:
         assert sink is None, "a translator has no sink"
@@ -238,7 +239,9 @@ class TranslatorLoop:
 
     def rows(self, view: Mirror) -> dict:
         """The rows the events say, in order (a key's events are in one partition)."""
-        decode = AvroDeserializer(SchemaRegistryClient({"url": self.stack.registry_url}))
+        if self._decode is None:
+            self._decode = AvroDeserializer(SchemaRegistryClient({"url": self.stack.registry_url}))
+        decode = self._decode
         rows = {}
         for msg in read_committed(self.stack.kafka, view.topic):
             key = decode(msg.key(), SerializationContext(view.topic, MessageField.KEY))
