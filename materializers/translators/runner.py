@@ -117,6 +117,7 @@ class TranslatorRunner:
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "enable.partition.eof": False,
+            "error_cb": self._client_error,
             **BACKLOG_READER,
             **(consumer_config or {}),
         }
@@ -128,14 +129,14 @@ class TranslatorRunner:
             "partitioner": "murmur2_random",  # Java's: the events of a key in one partition
             "linger.ms": 5,
             "transaction.timeout.ms": transaction_timeout_ms,
-            "error_cb": self._producer_error,
+            "error_cb": self._client_error,
             **(producer_config or {}),
         }
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._position: dict[TopicPartition, int] = {}
         self._events: dict[str, int] = {}  # events of the open transaction, per topic
-        self._broker_was_away = False  # all brokers were down, or a watermark read failed
+        self._broker_was_away = False  # a connection was lost, or a watermark read failed
         self._watermarks = watermarks.Schedule(watermark_interval)
 
     # -- public API ---------------------------------------------------------------------
@@ -280,15 +281,16 @@ class TranslatorRunner:
         self._producer.init_transactions(60)
         self._broker_was_away = False
 
-    def _producer_error(self, error: KafkaError) -> None:
-        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+    def _client_error(self, error: KafkaError) -> None:
+        """The clients' error callback: a lost connection may be a broker restart."""
+        if error.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
             self._broker_was_away = True
 
     def _transact(self, messages: list[Message]) -> None:
         if self._broker_was_away:
             # A transactional session does not survive a broker restart (the embedded broker
             # forgets it: the next send_offsets_to_transaction would hang): a new one, between
-            # two transactions, fences the old.
+            # two transactions, fences the old. A connection lost otherwise costs one more.
             self._new_producer()
         producer = self._producer
         assert producer is not None
