@@ -3,14 +3,13 @@ warehouse`, `bottler reindex`, `bottler translate`), each written once so that a
 same environment variable, has the same default and says the same thing in every command.
 
 Constants are typer defaults to use as they are; the functions make the options whose default or
-help legitimately differ between commands. `poison_policy` and `serve_metrics` are what the
-commands do with two of them."""
+help legitimately differ between commands. `serve_metrics` is what the commands do with one of
+them; --on-poison is checked by the core (materializers.core.poison.checked)."""
 
 from __future__ import annotations
 
 import typer
 
-from common.errors import BottlerError
 from common.kafka import prefix_problem
 
 Broker = typer.Option("localhost:9092", "--broker", "-b", envvar="BOTTLER_KAFKA",
@@ -33,8 +32,6 @@ METRICS_HOST = "127.0.0.1"
 MetricsHost = typer.Option(METRICS_HOST, "--metrics-host", envvar="BOTTLER_METRICS_HOST",
                            help="Address the metrics are served on (0.0.0.0: every interface) "
                            "[env: BOTTLER_METRICS_HOST]")
-
-POISON_POLICIES = ("dead-letter", "stop")
 
 
 def _topics(verb: str):
@@ -64,13 +61,6 @@ def batch_size(default: int = 5000, help: str = "Messages per batch."):
 
 def once(help: str = "Stop once caught up."):
     return typer.Option(False, "--once", help=help)
-
-
-def poison_policy(value: str) -> str:
-    """The --on-poison value, checked before anything starts."""
-    if value not in POISON_POLICIES:
-        raise BottlerError(f"--on-poison must be dead-letter or stop, not {value!r}")
-    return value
 
 
 def serve_metrics(port: int | None, host: str = METRICS_HOST) -> None:

@@ -1,34 +1,30 @@
 """The materializer core: the Change model, the reference memory sink, lag tracking, and the
 consumer loop end to end against the real broker and registry (fed by the real capture, and by
-hand-made messages where a test needs an exact order or a broken message)."""
+hand-made messages where a test needs an exact order or a broken message). The behaviours every
+loop shares (truncate barriers, poison, lost log ends, refusals at flush, broker restarts) are
+asserted against each loop in test_core_behaviour.py."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
 from decimal import Decimal
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka import Producer
 
 from materializers.core import (
     Change,
     LagTracker,
     Materializer,
     MemorySink,
-    PoisonMessage,
-    RejectedChange,
     TableId,
     freeze,
     table_of,
 )
-from schemas import control
 from schemas.avro_schema import record_schemas
-from schemas.serde import AvroEncoder
+from tests.core_loops import Topic, committed, ids
 from tests.support import execute, read_topic, rows, topic_state, wait_for, wait_streaming
 
 # -- pure parts ------------------------------------------------------------------------
@@ -93,74 +89,6 @@ def test_lag_tracker_caught_up_needs_every_partition_at_its_watermark():
 
 
 # -- end to end, hand-made messages -------------------------------------------------------
-
-VALUE = {"type": "record", "name": "t", "namespace": "public", "pg.schema": "public",
-         "pg.table": "t", "fields": [{"name": "id", "type": "int"},
-                                     {"name": "v", "type": ["null", "string"], "default": None}]}
-KEY = {"type": "record", "name": "t", "namespace": "public.key", "pg.schema": "public",
-       "pg.table": "t", "fields": [{"name": "id", "type": "int"}]}
-
-
-class Topic:
-    """A hand-made table topic ``<prefix>.t`` with the capture's wire format and schemas."""
-
-    def __init__(self, stack, partitions: int = 1):
-        self.stack = stack
-        self.prefix = f"m{uuid.uuid4().hex[:8]}"
-        self.name = f"{self.prefix}.t"
-        self.truncates = f"{self.prefix}._bottler.truncate"
-        admin = AdminClient({"bootstrap.servers": stack.kafka})
-        for future in admin.create_topics([
-            NewTopic(self.name, num_partitions=partitions, config={"cleanup.policy": "compact"}),
-            NewTopic(self.truncates, num_partitions=1),
-        ]).values():
-            future.result(30)
-        registry = SchemaRegistryClient({"url": stack.registry_url})
-
-        def encoder(subject, schema):
-            schema_id = registry.register_schema(subject, Schema(json.dumps(schema), "AVRO"))
-            return AvroEncoder(schema_id, schema).encode
-
-        self.key = encoder(f"{self.name}-key", KEY)
-        self.value = encoder(f"{self.name}-value", VALUE)
-        self.truncate_event = encoder(f"{self.truncates}-value", control.TRUNCATE)
-        self.producer = Producer({"bootstrap.servers": stack.kafka})
-        self.count = {}
-
-    def put(self, id_, v="x", partition=0, raw_value=None):
-        value = raw_value if raw_value is not None else (
-            None if v is None else self.value({"id": id_, "v": v}))
-        self.producer.produce(self.name, key=self.key({"id": id_}), value=value,
-                              partition=partition)
-        self.count[partition] = self.count.get(partition, 0) + 1
-
-    def truncate(self, offsets=None):
-        self.producer.flush(30)
-        event = {"topic": self.name, "schema": "public", "table": "t", "lsn": 1,
-                 "commit_time": 0, "offsets": {str(p): o for p, o in
-                                               (offsets or self.count).items()},
-                 "cascade": False, "restart_identity": False}
-        self.producer.produce(self.truncates, key=self.name.encode(),
-                              value=self.truncate_event(event))
-        self.producer.flush(30)
-
-    def materializer(self, sink, group=None, **options):
-        self.producer.flush(30)
-        return Materializer(sink, bootstrap=self.stack.kafka, registry=self.stack.registry_url,
-                            group_id=group or f"g-{uuid.uuid4().hex[:8]}", prefix=self.prefix,
-                            batch_timeout=0.2, **{"progress": False, **options})
-
-
-def ids(sink) -> dict:
-    return {k[0][1]: v["v"] for k, v in sink.rows("public", "t").items()}
-
-
-def committed(stack, group, topic, partition=0) -> int:
-    consumer = Consumer({"bootstrap.servers": stack.kafka, "group.id": group})
-    try:
-        return consumer.committed([TopicPartition(topic, partition)], timeout=10)[0].offset
-    finally:
-        consumer.close()
 
 
 def test_last_value_wins_deletes_and_resume_without_reapplying(stack):
@@ -261,59 +189,6 @@ def test_a_batch_is_applied_while_the_next_is_read_one_sink_call_at_a_time(stack
     assert again.offsets[(topic.name, 0)] == 40
 
 
-def test_truncate_barrier_whichever_is_read_first(stack):
-    topic = Topic(stack, partitions=2)
-    for i in range(6):
-        topic.put(i, "before", partition=i % 2)
-    early = MemorySink()  # reads the post-barrier rows before the truncate event exists
-    topic.put(10, "after", partition=0)  # not covered by the barrier below
-    topic.materializer(early).run_until_caught_up(timeout=60)
-    assert set(ids(early)) == {0, 1, 2, 3, 4, 5, 10}
-    topic.truncate(offsets={0: 3, 1: 3})  # rows 0..5 void, row 10 (offset 3) kept
-    topic.put(11, "after", partition=1)
-    topic.put(2, "again", partition=0)
-
-    fresh = MemorySink()
-    topic.materializer(fresh).run_until_caught_up(timeout=60)
-    expected = {10: "after", 11: "after", 2: "again"}
-    assert ids(fresh) == expected and fresh.truncates == 1
-    group = f"g-{uuid.uuid4().hex[:8]}"
-    topic.materializer(early, group=group).run_until_caught_up(timeout=60)
-    assert ids(early) == expected  # rewound to the barrier: row 10 replayed after the truncate
-    assert early.offsets[(topic.name, 0)] == 5 and early.offsets[(topic.name, 1)] == 4
-
-
-def test_poison_messages_go_to_the_dead_letter_topic_or_stop(stack):
-    topic = Topic(stack)
-    topic.put(1, "ok")
-    topic.put(2, raw_value=b"\x00\x00\x00\xff\xffgarbage")  # an unknown schema id
-    topic.put(3, "refused")
-    topic.put(4, "ok")
-
-    stopping = MemorySink()
-    materializer = topic.materializer(stopping, on_poison="stop")
-    with pytest.raises(PoisonMessage, match=r"\[0\]@1: schema id \d+ is not in the registry"):
-        materializer.run_until_caught_up(timeout=60)
-    assert stopping.offsets == {}
-    assert committed(stack, materializer.group_id, topic.name) < 0
-
-    def reject(change):
-        return "value too long" if change.value and change.value["v"] == "refused" else None
-
-    sink = MemorySink(reject=reject)
-    topic.materializer(sink).run_until_caught_up(timeout=60)
-    assert ids(sink) == {1: "ok", 4: "ok"}
-    dead_letters = f"{topic.prefix}._bottler.dead-letter"
-    dead = wait_for(lambda: len(m := read_topic(stack.kafka, dead_letters)) == 2 and m, 30,
-                    "two dead letters")
-    headers = [dict(m.headers()) for m in dead]
-    assert [h["bottler.offset"] for h in headers] == [b"1", b"2"]
-    assert b"not in the registry" in headers[0]["bottler.reason"]
-    assert headers[1]["bottler.reason"] == b"value too long"
-    assert headers[1]["bottler.error"] == b"RejectedChange"
-    assert dead[0].value() == b"\x00\x00\x00\xff\xffgarbage"  # the original bytes
-
-
 def test_lag_is_known_while_running_and_caught_up_is_waitable(stack):
     topic = Topic(stack)
     for i in range(200):
@@ -395,27 +270,6 @@ def _has_messages(stack, topic) -> bool:
         return False
 
 
-def test_a_partition_that_lost_its_end_is_replayed_not_skipped(stack):
-    """The broker lost the end of a partition's log (restarted from an older save) and new
-    messages took the lost offsets: they are applied, not skipped as already seen."""
-    topic = Topic(stack)
-    for i in range(10):
-        topic.put(i, "old")
-    sink = MemorySink()
-    topic.materializer(sink).run_until_caught_up(timeout=60)
-    assert sink.offsets[(topic.name, 0)] == 10
-    admin = AdminClient({"bootstrap.servers": stack.kafka})
-    admin.delete_topics([topic.name])[topic.name].result(30)
-    wait_for(lambda: topic.name not in admin.list_topics(timeout=10).topics, 30, "deletion")
-    admin.create_topics([NewTopic(topic.name, 1, config={"cleanup.policy": "compact"})])[
-        topic.name].result(30)
-    for i in range(3):
-        topic.put(i, "new")  # offsets 0-2, which the sink has seen holding "old"
-    topic.materializer(sink).run_until_caught_up(timeout=60)
-    assert ids(sink) == {0: "new", 1: "new", 2: "new"} | {i: "old" for i in range(3, 10)}
-    assert sink.offsets[(topic.name, 0)] == 3
-
-
 def test_commit_markers_of_transactional_writers_do_not_hold_caught_up_back(stack):
     """A transaction's commit marker takes an offset no consumer is given (a translator writes
     its events that way): the loop still reaches the end and says caught up."""
@@ -432,25 +286,3 @@ def test_commit_markers_of_transactional_writers_do_not_hold_caught_up_back(stac
     materializer.run_until_caught_up(timeout=30)
     assert ids(sink) == {0: "t", 1: "t", 2: "t"}
     assert materializer.lag() == {(topic.name, 0): 0, (topic.truncates, 0): 0}
-
-
-def test_a_change_refused_at_flush_goes_to_the_dead_letter_topic_and_the_rest_lands(stack):
-    """A search cluster refuses a document only in its bulk answer, at flush."""
-    topic = Topic(stack)
-    for i, v in enumerate(("ok", "refused at flush", "ok")):
-        topic.put(i, v)
-
-    class RefusingAtFlush(MemorySink):
-        def flush(self):
-            for change in self._staged:
-                if change.value and change.value["v"] == "refused at flush":
-                    self._staged = []  # nothing of the refused flush is durable
-                    raise RejectedChange(change, "mapper_parsing_exception")
-            super().flush()
-
-    sink = RefusingAtFlush()
-    topic.materializer(sink).run_until_caught_up(timeout=60)
-    assert ids(sink) == {0: "ok", 2: "ok"} and sink.offsets[(topic.name, 0)] == 3
-    dead = wait_for(lambda: read_topic(stack.kafka, f"{topic.prefix}._bottler.dead-letter"), 30,
-                    "a dead letter")
-    assert [dict(m.headers())["bottler.reason"] for m in dead] == [b"mapper_parsing_exception"]

@@ -2,8 +2,9 @@
 
 For each source table: its row count in the source and in the target (estimates from
 ``pg_class.reltuples`` unless exact counts are asked for; a table never analyzed is counted), the
-end offsets (high watermarks) of its topic, and the offsets the replica stored with its data in
-``bottler.offsets`` for its consumer group: the difference is the replica's lag in messages.
+end offsets (high watermarks) of its topic, and the offsets the replica stored with its data for
+its consumer group, as its sink reads them back (``PostgresSink.stored``): the difference is the
+replica's lag in messages.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from bottler.migrate.catalog import parse_table, user_tables
 from common.errors import BottlerError
 from common.pg import connect
 from common.redact import redact
-from schemas.topics import CONTROL, table_topic
+from materializers.postgres.sink import PostgresSink
+from schemas.topics import TRUNCATE, table_topic, with_prefix
 
 DEFAULT_GROUP = "bottler-postgres"
-OFFSETS_TABLE = "bottler.offsets"
 
 
 @dataclass
@@ -53,7 +54,7 @@ class StatusReport:
     group: str
     tables: list[TableStatus]
     other_topics: list[TableStatus]  # control topics the replica consumes (truncate events)
-    offsets_table: bool  # does the target have bottler.offsets?
+    offsets_table: bool  # has the replica stored offsets in the target (written anything)?
 
     @property
     def lag(self) -> int:
@@ -88,16 +89,6 @@ def _partitioned(conn: psycopg.Connection, schema: str, table: str) -> bool:
     return conn.execute(
         """select c.relkind = 'p' from pg_class c join pg_namespace n on n.oid = c.relnamespace
            where n.nspname = %s and c.relname = %s""", (schema, table)).fetchone()[0]
-
-
-def _stored_offsets(conn: psycopg.Connection, group: str) -> dict[tuple[str, int], int] | None:
-    exists = conn.execute("select to_regclass(%s) is not null", (OFFSETS_TABLE,)).fetchone()[0]
-    if not exists:
-        return None
-    return {(topic, partition): offset for topic, partition, offset in conn.execute(
-        "select topic, partition, next_offset from bottler.offsets where group_id = %s",
-        (group,),
-    ).fetchall()}
 
 
 def _watermarks(broker: str, topics: set[str]) -> dict[str, dict[int, tuple[int, int]]]:
@@ -146,19 +137,25 @@ def status(source_dsn: str, target_dsn: str, broker: str, prefix: str = "",
                 item = TableStatus(schema, name, table_topic(prefix, schema, name), rows, is_exact)
                 item.target_rows, item.target_exact = _count(dst, schema, name, exact)
                 items.append(item)
-            stored = _stored_offsets(dst, group)
         except psycopg.Error as exc:
             raise BottlerError(f"reading the databases failed: {redact(str(exc).strip())}"
                                ) from None
     by_topic = {item.topic: item for item in items}
+    truncates = with_prefix(prefix, TRUNCATE)  # the control topic the replica reads too
+    marks = _watermarks(broker, set(by_topic) | {truncates})
+    try:
+        stored = PostgresSink.stored(target_dsn, group, [
+            (topic, p) for topic, partitions in marks.items() for p in partitions])
+    except psycopg.Error as exc:
+        raise BottlerError(f"reading the replica's offsets failed: {redact(str(exc).strip())}"
+                           ) from None
     others: dict[str, TableStatus] = {}
     for (topic, partition), offset in (stored or {}).items():
         if topic in by_topic:
             by_topic[topic].stored_offsets[partition] = offset
-        elif topic.startswith(CONTROL) or f".{CONTROL}" in topic:
+        else:
             other = others.setdefault(topic, TableStatus("", "", topic, target_rows=0))
             other.stored_offsets[partition] = offset
-    marks = _watermarks(broker, set(by_topic) | set(others))
     for item in [*items, *others.values()]:
         _lag(item, marks.get(item.topic))
     return StatusReport(group, items, sorted(others.values(), key=lambda o: o.topic),

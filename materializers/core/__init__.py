@@ -1,10 +1,12 @@
-"""The materializer core: the consumer loop every materializer runs, and the Sink protocol."""
+"""The materializer core: the Sink protocol, the consumer loop, and what every loop shares
+(positions.py, poison.py, watermarks.py); docs/materializers.md shows how they fit."""
 
 from materializers.core.changes import Change, Op, TableId, TopicPartition, freeze, table_of
 from materializers.core.decode import DecodeError, Decoder
 from materializers.core.lag import LagTracker
-from materializers.core.loop import Materializer, PoisonMessage
+from materializers.core.loop import Materializer
 from materializers.core.memory import MemorySink
+from materializers.core.poison import PoisonMessage
 from materializers.core.sink import Offsets, RejectedChange, Sink
 
 __all__ = [

@@ -10,13 +10,10 @@ a batch is written and flushed in a thread of its own while the next one is cons
 decoded: the target's time (a database executing the COPY, a cluster indexing) overlaps ours.
 The sink is still called for one thing at a time, in order; lag counts a batch only once flushed.
 
-Truncates are barriers. A truncate event names a table topic and that topic's end offset per
-partition at the truncate; every message of the topic before those offsets is void. When the
-loop meets the event it appends a ``truncate`` change, then moves each of the topic's partitions
-to its barrier offset: a partition not yet there skips the void messages; a partition already
-past it (its later messages were applied before the event was read: the topics are consumed
-independently) is rewound to the barrier and its later messages are applied again after the
-truncate. The moved positions are part of the batch's offsets, so a restart resumes from them.
+Truncates are barriers and a partition that lost its log end is replayed (positions.py): the
+loop moves its consumer as those say; the moved positions are part of the batch's offsets, so a
+restart resumes from them. Poison messages follow the poison policy (poison.py); watermarks are
+read as watermarks.py does, so a broker restart is a pause.
 """
 
 from __future__ import annotations
@@ -27,43 +24,32 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Literal
+from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from common import gctune
-from common.errors import BottlerError
 from common.kafka import BACKLOG_READER
-from materializers.core import dead_letters, metrics
+from materializers.core import metrics, poison, positions, watermarks
 from materializers.core.changes import Change, TableId, TopicPartition, table_of
-from materializers.core.decode import DecodeError, Decoder, truncate_event
+from materializers.core.decode import DecodeError, Decoder
 from materializers.core.lag import LagTracker
-from materializers.core.sink import Offsets, RejectedChange, Sink
+from materializers.core.poison import DeadLetters, PoisonMessage, PoisonPolicy
+from materializers.core.sink import Offsets, Sink
 from schemas.topics import DEAD_LETTER, TRUNCATE, table_topics, with_prefix
 
 log = logging.getLogger(__name__)
 
-PoisonPolicy = Literal["dead-letter", "stop"]
+__all__ = ["Materializer", "PoisonMessage", "PoisonPolicy"]
+
 DISCOVERY_INTERVAL = 5.0  # seconds between looks for new table topics
 # Seconds between the consumer group's commits when the sink keeps its own offsets: those
 # commits only inform (tools listing groups), and every commit is a write the broker must make
 # durable (the embedded broker saves everything it holds after one: a core's worth of CPU at a
 # commit per batch during a rebuild).
 INFORMATIVE_COMMIT_INTERVAL = 30.0
-
-
-class PoisonMessage(BottlerError):
-    """A message that cannot be applied (undecodable, or rejected by the sink) under
-    ``on_poison="stop"``."""
-
-    def __init__(self, topic: str, partition: int, offset: int, reason: str):
-        super().__init__(
-            f"cannot apply {topic}[{partition}]@{offset}: {reason}",
-            "fix the target or the message, or run with on_poison=dead-letter to set it aside",
-        )
-        self.topic, self.partition, self.offset, self.reason = topic, partition, offset, reason
 
 
 class Materializer:
@@ -100,12 +86,13 @@ class Materializer:
         consumer_config: dict[str, Any] | None = None,
         name: str | None = None,
     ):
-        if on_poison not in ("dead-letter", "stop"):
-            raise ValueError(f"on_poison must be 'dead-letter' or 'stop', not {on_poison!r}")
+        self.name = name or group_id
+        self.dead_letters = DeadLetters(on_poison, name=self.name, bootstrap=bootstrap,
+                                        topic=with_prefix(prefix, DEAD_LETTER))
         self.sink = sink
         self.bootstrap = bootstrap
         self.group_id = group_id
-        self.on_poison = on_poison
+        self.on_poison = self.dead_letters.policy
         self.batch_size = batch_size
         self.batch_timeout = batch_timeout
         self.live_batch_timeout = live_batch_timeout
@@ -114,10 +101,9 @@ class Materializer:
         self._pending_commit: dict[TopicPartition, int] = {}  # not committed to the group yet
         self._next_informative_commit = 0.0
         self.watermark_interval = watermark_interval
-        self.name = name or group_id
         self.prefix = prefix
         self.truncate_topic = with_prefix(prefix, TRUNCATE)
-        self.dead_letter_topic = with_prefix(prefix, DEAD_LETTER)
+        self.dead_letter_topic = self.dead_letters.topic
         self.topics = list(topics) if topics is not None else None
         self.is_table_topic = table_topics(prefix, self.topics, pattern)
         self._consumer_config = {
@@ -139,16 +125,13 @@ class Materializer:
         self.tracker = LagTracker(self.name)
         self.progress = sys.stderr.isatty() if progress is None else progress
         self._consumer: Consumer | None = None
-        self._producer: Producer | None = None
-        self._producer_lock = threading.Lock()  # dead letters come from both threads
         self._background: ThreadPoolExecutor | None = None
         self._gave_back = False  # memory given back since caught up (once per run)
         self._applying: tuple[Future, Offsets] | None = None  # the batch being applied
-        self._dead_letter_errors: list[str] = []
         self._position: dict[TopicPartition, int] = {}
         self._assigned: set[TopicPartition] = set()
         self._rebuilding = False
-        self._next_watermarks = 0.0
+        self._watermarks = watermarks.Schedule(watermark_interval)
         self._next_discovery = 0.0
         self._bar: Any = None
 
@@ -232,9 +215,7 @@ class Materializer:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
-        if self._producer is not None:
-            self._producer.flush(10)
-            self._producer = None
+        self.dead_letters.close()
         if self._consumer is not None:
             self._commit_pending(asynchronous=False)
             try:
@@ -264,7 +245,7 @@ class Materializer:
         self.tracker.assign(start)
         self._sink_keeps_offsets = stored is not None
         self._rebuilding = bool(start) and not any(start.values())
-        self._next_watermarks = 0.0
+        self._watermarks.reset()
         log.info("%s: assigned %d partitions%s", self.name, len(keys),
                  " (rebuilding from offset 0)" if self._rebuilding else "")
 
@@ -367,7 +348,7 @@ class Materializer:
                     if datum is not None and not isinstance(datum, dict):
                         raise DecodeError(f"not an Avro record: {type(datum).__name__}")
         except DecodeError as exc:
-            self._poison(msg, str(exc), "DecodeError")
+            self.dead_letters.message(msg, str(exc), "DecodeError")
             return None
         writer = vschema if vschema is not None else kschema
         table = self._tables.get(writer.id, False)
@@ -397,68 +378,49 @@ class Materializer:
 
     def _truncate(self, msg, position, moved, stale) -> Change | None:
         try:
-            topic, table, barrier = truncate_event(self.decoder, msg.value())
+            found = positions.barrier(self.decoder, msg, self.is_table_topic)
         except DecodeError as exc:
-            self._poison(msg, str(exc), "DecodeError")
+            self.dead_letters.message(msg, str(exc), "DecodeError")
             return None
-        if not self.is_table_topic(topic):
+        if found is None:
             return None
-        for partition, offset in barrier.items():
-            tp = (topic, partition)
+        change, barrier = found
+        for tp, offset in barrier.items():
             current = position(tp)
             if current is not None and current != offset and tp in self._assigned:
-                # Past it: its messages from the barrier on were applied before this event,
-                # again. Before it: the void messages in between are not fetched at all.
-                self._consumer.seek(KafkaTopicPartition(topic, partition, offset))
+                # Before the barrier the void messages are not fetched at all; past it, its
+                # messages from the barrier on are fetched and applied again.
+                self._consumer.seek(KafkaTopicPartition(*tp, offset))
                 stale.add(tp)
                 if current > offset:
-                    log.info("%s: truncate of %s: replaying %s[%d] from %d", self.name, topic,
-                             topic, partition, offset)
+                    log.info("%s: truncate of %s: replaying %s[%d] from %d", self.name, tp[0],
+                             *tp, offset)
             if current is None or current != offset:
                 moved[tp] = offset
-        return Change(
-            topic=topic, table=table, op="truncate", key=None, value=None,
-            partition=msg.partition(), offset=msg.offset(), barrier=barrier,
-            timestamp=msg.timestamp()[1],
-        )
+        return change
 
     def _behind_us(self, tp: TopicPartition, current: int, moved: dict[TopicPartition, int],
                    stale: set[TopicPartition]) -> None:
         """A message before our position that we did not seek to: the client reset its fetch
-        position to the start because ours was out of range."""
-        for replayed in self._replay_lost(tp, current):
+        position to the start because ours was out of range: the log lost its end."""
+        for replayed in self._replay_lost([tp]):
             moved[replayed] = 0
             stale.add(replayed)  # the rest of this batch's messages of it: fetched again
 
-    def _replay_lost(self, tp: TopicPartition, current: int) -> list[TopicPartition]:
-        """The broker lost the end of ``tp``'s log (restarted from an older save, an unclean
-        leader election): it no longer reaches our position, and its offsets may now hold
-        other messages than the ones applied. Which ones cannot be known, so the partition is
-        replayed from the start, and the truncate events with it (their barriers void what
-        came before them again); replays are harmless. Returns the partitions rewound."""
-        replay = [tp] + [p for p in self._assigned if p[0] == self.truncate_topic]
-        log.warning("%s: %s[%d] no longer reaches our position %d (the broker lost messages):"
-                    " replaying it and the truncate events from the start", self.name, *tp,
-                    current)
-        for t, p in replay:
-            self._consumer.seek(KafkaTopicPartition(t, p, 0))
+    def _replay_lost(self, lost: list[TopicPartition]) -> list[TopicPartition]:
+        """Seek to 0 every partition :func:`positions.replayed` says; returns them."""
+        replay = positions.replayed(self.name, lost, self._assigned, self.truncate_topic)
+        for tp in replay:
+            self._consumer.seek(KafkaTopicPartition(*tp, 0))
         return replay
 
     def _apply(self, changes: list[Change], offsets: Offsets,
                sources: dict[int, Message]) -> None:
-        remaining = list(changes)
-        while True:
-            try:
-                self.sink.write(remaining, offsets)
-                self._flush_dead_letters()
-                self.sink.flush()
-                break
-            except RejectedChange as exc:
-                index = next((i for i, c in enumerate(remaining) if c is exc.change), None)
-                if index is None:
-                    raise  # not a change of this batch: a bug of the sink
-                self._poison(sources[id(exc.change)], exc.reason, "RejectedChange")
-                del remaining[index]
+        def content(change: Change) -> poison.Content:
+            msg = sources[id(change)]
+            return msg.key(), msg.value()
+
+        applied = poison.apply(self.sink, changes, offsets, self.dead_letters, content)
         if self._sink_keeps_offsets:
             # The sink restarts from its own offsets: the group's commit is informative, made
             # now and then and at close, never holding up a batch.
@@ -468,7 +430,7 @@ class Materializer:
         else:
             self._commit(offsets, asynchronous=False)
         metrics.BATCHES.labels(self.name).inc()
-        metrics.count_changes(self.name, remaining)
+        metrics.count_changes(self.name, applied)
 
     def _commit_pending(self, asynchronous: bool) -> None:
         pending, self._pending_commit = self._pending_commit, {}
@@ -485,36 +447,6 @@ class Materializer:
         except KafkaException as exc:  # the data and (where kept) offsets are durable
             log.warning("%s: committing consumer offsets failed: %s", self.name, exc)
 
-    # -- poison messages ----------------------------------------------------------------
-
-    def _poison(self, msg: Message, reason: str, error: str) -> None:
-        if self.on_poison == "stop":
-            raise PoisonMessage(msg.topic(), msg.partition(), msg.offset(), reason)
-        log.warning("%s: %s[%d]@%d to %s: %s", self.name, msg.topic(), msg.partition(),
-                    msg.offset(), self.dead_letter_topic, reason)
-        with self._producer_lock:
-            if self._producer is None:
-                self._producer = dead_letters.producer(self.bootstrap, self.dead_letter_topic)
-        headers = dead_letters.headers(msg.topic(), msg.partition(), msg.offset(), reason, error,
-                                       self.name)
-        self._producer.produce(self.dead_letter_topic, key=msg.key(), value=msg.value(),
-                               headers=headers, on_delivery=self._delivered)
-        metrics.DEAD_LETTERS.labels(self.name, msg.topic()).inc()
-
-    def _delivered(self, err: KafkaError | None, _msg: Message) -> None:
-        if err is not None:
-            self._dead_letter_errors.append(err.str())
-
-    def _flush_dead_letters(self) -> None:
-        if self._producer is None:
-            return
-        if self._producer.flush(30) > 0:
-            self._dead_letter_errors.append("timed out")
-        if self._dead_letter_errors:
-            errors, self._dead_letter_errors = self._dead_letter_errors, []
-            raise BottlerError(f"cannot write to {self.dead_letter_topic}: {errors[0]}",
-                               "check the broker; the batch is replayed on restart")
-
     # -- lag and progress ---------------------------------------------------------------
 
     def _kafka_error(self, error: KafkaError) -> None:
@@ -526,28 +458,18 @@ class Materializer:
             log.warning("%s: %s", self.name, error.str())
 
     def _refresh_watermarks(self, force: bool) -> None:
-        now = time.monotonic()
-        if now < self._next_watermarks and not (force and not self.caught_up.is_set()):
+        if not self._watermarks.due(force, self.caught_up.is_set()):
             return
         self._settle()  # a lost log end is judged against what was applied
-        for topic, partition in self.tracker.partitions:
-            try:
-                low, high = self._consumer.get_watermark_offsets(
-                    KafkaTopicPartition(topic, partition), timeout=10, cached=False
-                )
-            except KafkaException as exc:  # the broker restarting: the lag waits for it
-                log.warning("%s: watermarks of %s[%d] unknown for now: %s", self.name, topic,
-                            partition, exc.args[0].str())
-                self._next_watermarks = now + self.watermark_interval
-                return
-            tp = (topic, partition)
-            current = self._position.get(tp, 0)
-            if 0 <= high < current:
-                for replayed in self._replay_lost(tp, current):
-                    self._position[replayed] = 0
-                    self.tracker.advance(replayed, 0)
+        marks = watermarks.read(self._consumer, self.tracker.partitions, self.name)
+        if marks is None:  # the broker restarting: the lag waits for it
+            return
+        lost = positions.lost_ends(self._position, {tp: h for tp, (_, h) in marks.items()})
+        for tp in self._replay_lost(lost):
+            self._position[tp] = 0
+            self.tracker.advance(tp, 0)
+        for tp, (low, high) in marks.items():
             self.tracker.observe(tp, low, high)
-        self._next_watermarks = now + self.watermark_interval
 
     def _show_progress(self) -> None:
         if not (self.progress and self._rebuilding):

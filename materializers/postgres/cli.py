@@ -29,10 +29,10 @@ def materialize_postgres(
     metrics_host: str = options.MetricsHost,
 ) -> None:
     """Keep a replica of the captured tables in the target database (no foreign keys)."""
-    from materializers.core import Materializer
+    from materializers.core import Materializer, poison
     from materializers.postgres.sink import PostgresSink
 
-    options.poison_policy(on_poison)
+    poison.checked(on_poison)
     options.serve_metrics(metrics_port, metrics_host)
     sink = PostgresSink(target, group_id, adopt_existing=adopt_existing)
     gctune.tune()

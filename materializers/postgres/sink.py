@@ -91,6 +91,16 @@ class _Segment:
     appended: list[Change] = field(default_factory=list)  # unkeyed upserts, in order
 
 
+def _stored(conn: psycopg.Connection, group_id: str,
+            partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+    wanted = set(partitions)
+    rows = conn.execute(
+        'select topic, "partition", next_offset from bottler.offsets where group_id = %s',
+        (group_id,),
+    ).fetchall()
+    return {(t, p): o for t, p, o in rows if (t, p) in wanted}
+
+
 class PostgresSink:
     """Writes changes into ``target_dsn``; offsets are kept in ``bottler.offsets`` under
     ``group_id`` (the materializer's consumer group), in the same transaction as the rows.
@@ -121,13 +131,20 @@ class PostgresSink:
 
     def stored_offsets(self, partitions: Sequence[TopicPartition]) -> Offsets | None:
         self._reset()
-        wanted = set(partitions)
-        rows = self._conn.execute(
-            'select topic, "partition", next_offset from bottler.offsets where group_id = %s',
-            (self.group_id,),
-        ).fetchall()
+        found = _stored(self._conn, self.group_id, partitions)
         self._conn.rollback()
-        return {(t, p): o for t, p, o in rows if (t, p) in wanted}
+        return found
+
+    @staticmethod
+    def stored(target_dsn: str, group_id: str,
+               partitions: Sequence[TopicPartition]) -> Offsets | None:
+        """What :meth:`stored_offsets` would answer, without a sink (which sets its target up):
+        for tools that only look (``bottler migrate status``). None when the replica never
+        wrote into ``target_dsn`` (its offsets table does not exist yet)."""
+        with connect(target_dsn, autocommit=True) as conn:
+            if not conn.execute("select to_regclass('bottler.offsets') is not null").fetchone()[0]:
+                return None
+            return _stored(conn, group_id, partitions)
 
     def write(self, changes: Sequence[Change], offsets: Offsets) -> None:
         try:

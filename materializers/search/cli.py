@@ -15,11 +15,12 @@ INDEX_HELP = "The alias searches use; bottler writes its physical indices NAME-1
 
 def _reader_options(broker, schema_registry, topic_prefix, topics, mapping, transform,
                     on_poison, batch_size):
+    from materializers.core import poison
     from materializers.search.documents import load_transform
     from materializers.search.indices import load_definition
     from materializers.search.reader import ReaderOptions
 
-    options.poison_policy(on_poison)
+    poison.checked(on_poison)
     return ReaderOptions(
         bootstrap=broker, registry=schema_registry, prefix=topic_prefix, topics=topics or None,
         on_poison=on_poison, batch_size=batch_size, definition=load_definition(mapping),

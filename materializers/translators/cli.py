@@ -30,10 +30,11 @@ def translate(
     metrics_host: str = options.MetricsHost,
 ) -> None:
     """Translate captured table changes into business events, exactly once."""
+    from materializers.core import poison
     from materializers.translators.loading import load
     from materializers.translators.runner import TranslatorRunner
 
-    options.poison_policy(on_poison)
+    poison.checked(on_poison)
     translator = load(name)
     # metrics first: they tell the stack we are up while we wait for the topics
     options.serve_metrics(metrics_port, metrics_host)

@@ -10,6 +10,11 @@ A broker error that aborts a transaction rewinds to the batch's start and tries 
 
 One process per group id: its ``transactional.id`` is the group id, which fences off any
 other (zombie) process of the same translator.
+
+From the core: the poison policy (its dead letters go through the batch's transaction), the
+watermark reads (a broker restart is a pause) and the replay of an input that lost its log end
+(materializers/core/poison.py, watermarks.py, positions.py). Inputs are table topics only: a
+translator sees row changes, never truncate events, so it has no barriers to follow.
 """
 
 from __future__ import annotations
@@ -33,12 +38,12 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from common.errors import BottlerError
 from common.kafka import BACKLOG_READER
-from materializers.core import dead_letters
+from materializers.core import dead_letters, positions, watermarks
 from materializers.core import metrics as core_metrics
 from materializers.core.changes import TopicPartition, table_of
 from materializers.core.decode import DecodeError, Decoder
 from materializers.core.lag import LagTracker
-from materializers.core.loop import PoisonMessage, PoisonPolicy
+from materializers.core.poison import DeadLetters, PoisonPolicy
 from materializers.translators import metrics
 from materializers.translators.api import RowChange, Source, Translator
 from materializers.translators.encoding import EncodeError, EventEncoder
@@ -82,15 +87,17 @@ class TranslatorRunner:
         consumer_config: dict[str, Any] | None = None,
         producer_config: dict[str, Any] | None = None,
     ):
-        if on_poison not in ("dead-letter", "stop"):
-            raise ValueError(f"on_poison must be 'dead-letter' or 'stop', not {on_poison!r}")
         self.translator = translator
         self.bootstrap = bootstrap
         self.registry = (
             SchemaRegistryClient({"url": registry}) if isinstance(registry, str) else registry
         )
         self.group_id = group_id or default_group_id(translator.name, topic_prefix)
-        self.on_poison = on_poison
+        # In the batch's transaction: a dead letter, too, is written exactly once.
+        self.dead_letters = DeadLetters(on_poison, name=self.group_id, bootstrap=bootstrap,
+                                        topic=with_prefix(topic_prefix, DEAD_LETTER),
+                                        producer=lambda: self._producer)
+        self.on_poison = self.dead_letters.policy
         self.batch_size = batch_size
         self.batch_timeout = batch_timeout
         self.watermark_interval = watermark_interval
@@ -98,7 +105,7 @@ class TranslatorRunner:
         out = topic_prefix if output_prefix is None else output_prefix
         self.outputs = {o.topic: with_prefix(out, o.topic) for o in translator.outputs}
         self.changelog = with_prefix(topic_prefix, f"{CONTROL}state.{self.group_id}")
-        self.dead_letter_topic = with_prefix(topic_prefix, DEAD_LETTER)
+        self.dead_letter_topic = self.dead_letters.topic
         self.state = KeyedState(self.changelog)
         self.tracker = LagTracker(self.group_id)
         self.decoder = Decoder(self.registry)
@@ -110,6 +117,7 @@ class TranslatorRunner:
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "enable.partition.eof": False,
+            "error_cb": self._client_error,
             **BACKLOG_READER,
             **(consumer_config or {}),
         }
@@ -121,13 +129,15 @@ class TranslatorRunner:
             "partitioner": "murmur2_random",  # Java's: the events of a key in one partition
             "linger.ms": 5,
             "transaction.timeout.ms": transaction_timeout_ms,
+            "error_cb": self._client_error,
             **(producer_config or {}),
         }
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._position: dict[TopicPartition, int] = {}
         self._events: dict[str, int] = {}  # events of the open transaction, per topic
-        self._next_watermarks = 0.0
+        self._broker_was_away = False  # a connection was lost, or a watermark read failed
+        self._watermarks = watermarks.Schedule(watermark_interval)
 
     # -- public API ---------------------------------------------------------------------
 
@@ -174,8 +184,7 @@ class TranslatorRunner:
         self._encoder = EventEncoder(self.registry, list(self.translator.outputs), self.outputs)
         # First the producer: initialising it fences any predecessor and aborts its open
         # transaction, so what the changelog and the committed offsets hold is final.
-        self._producer = Producer(self._producer_config)
-        self._producer.init_transactions(60)
+        self._new_producer()
         if self.translator.keep_previous:
             self.state.restore(self.bootstrap)
             metrics.STATE_ROWS.labels(self.group_id).set(len(self.state))
@@ -192,7 +201,7 @@ class TranslatorRunner:
         self._position = dict(start)
         self.tracker.revoke(self.tracker.partitions)
         self.tracker.assign(start)
-        self._next_watermarks = 0.0
+        self._watermarks.reset()
         log.info("%s: translating %s into %s from %s", self.group_id, ", ".join(self.inputs),
                  ", ".join(self.outputs.values()),
                  ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(start.items())))
@@ -265,7 +274,24 @@ class TranslatorRunner:
         self._refresh_watermarks(force=len(messages) < self.batch_size)
         self.tracker.check()
 
+    def _new_producer(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(10)
+        self._producer = Producer(self._producer_config)
+        self._producer.init_transactions(60)
+        self._broker_was_away = False
+
+    def _client_error(self, error: KafkaError) -> None:
+        """The clients' error callback: a lost connection may be a broker restart."""
+        if error.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+            self._broker_was_away = True
+
     def _transact(self, messages: list[Message]) -> None:
+        if self._broker_was_away:
+            # A transactional session does not survive a broker restart (the embedded broker
+            # forgets it: the next send_offsets_to_transaction would hang): a new one, between
+            # two transactions, fences the old. A connection lost otherwise costs one more.
+            self._new_producer()
         producer = self._producer
         assert producer is not None
         self._events = {}
@@ -339,7 +365,7 @@ class TranslatorRunner:
             if kschema is None and vschema is None:
                 raise DecodeError("a message with neither key nor value")
         except DecodeError as exc:
-            self._poison(msg, str(exc), "DecodeError")
+            self.dead_letters.message(msg, str(exc), "DecodeError")
             return
         before = None
         source = _source(msg)
@@ -366,7 +392,7 @@ class TranslatorRunner:
             encoded = [self._encoder.encode(e) for e in self.translator.translate(change)]
         except Exception as exc:  # noqa: BLE001 - a failure of this change, by policy
             error = "EncodeError" if isinstance(exc, EncodeError) else type(exc).__name__
-            self._poison(msg, f"{error}: {exc}", error)
+            self.dead_letters.message(msg, f"{error}: {exc}", error)
             return
         headers = [
             ("bottler.source.topic", msg.topic().encode()),
@@ -404,28 +430,23 @@ class TranslatorRunner:
             except BufferError:
                 self._producer.poll(0.05)  # the local queue is full: let deliveries drain
 
-    def _poison(self, msg: Message, reason: str, error: str) -> None:
-        if self.on_poison == "stop":
-            raise PoisonMessage(msg.topic(), msg.partition(), msg.offset(), reason)
-        log.warning("%s: %s[%d]@%d to %s: %s", self.group_id, msg.topic(), msg.partition(),
-                    msg.offset(), self.dead_letter_topic, reason)
-        headers = dead_letters.headers(msg.topic(), msg.partition(), msg.offset(), reason, error,
-                                       self.group_id)
-        # In the batch's transaction: a dead letter, too, is written exactly once.
-        self._produce(self.dead_letter_topic, msg.key(), msg.value(), headers)
-        core_metrics.DEAD_LETTERS.labels(self.group_id, msg.topic()).inc()
-
     # -- lag ----------------------------------------------------------------------------
 
     def _refresh_watermarks(self, force: bool) -> None:
-        now = time.monotonic()
-        if now < self._next_watermarks and not (force and not self.caught_up.is_set()):
+        if not self._watermarks.due(force, self.caught_up.is_set()):
             return
-        for topic, partition in self.tracker.partitions:
-            low, high = self._consumer.get_watermark_offsets(
-                KafkaTopicPartition(topic, partition), timeout=10, cached=False)
-            self.tracker.observe((topic, partition), low, high)
-        self._next_watermarks = now + self.watermark_interval
+        marks = watermarks.read(self._consumer, self.tracker.partitions, self.group_id)
+        if marks is None:  # the broker restarting: the lag waits for it
+            self._broker_was_away = True
+            return
+        lost = positions.lost_ends(self._position, {tp: h for tp, (_, h) in marks.items()})
+        for tp in positions.replayed(self.group_id, lost, self._position, None):
+            # Between transactions: the next one starts from here and commits these offsets.
+            self._consumer.seek(KafkaTopicPartition(*tp, 0))
+            self._position[tp] = 0
+            self.tracker.advance(tp, 0)
+        for tp, (low, high) in marks.items():
+            self.tracker.observe(tp, low, high)
 
 
 def _source(msg: Message) -> Source:

@@ -39,10 +39,11 @@ def materialize_warehouse(
     metrics_host: str = options.MetricsHost,
 ) -> None:
     """Merge the table topics into Delta Lake tables with PySpark."""
+    from materializers.core import poison
     from materializers.warehouse import jvm
     from materializers.warehouse.job import WarehouseJob, spark_session
 
-    options.poison_policy(on_poison)  # before Spark takes its seconds to start
+    poison.checked(on_poison)  # before Spark takes its seconds to start
     _writable(path)
     options.serve_metrics(metrics_port, metrics_host)
 

@@ -5,8 +5,8 @@ Per micro-batch, on the driver:
 1. the table topics (``--topic``, or every topic under the prefix) and their partitions; where
    each starts: the offsets the Delta tables recorded (:meth:`DeltaSink.stored_offsets`);
 2. the truncate control topic's new events, read here (a handful): each moves its table
-   topic's partitions to the truncate's barrier (messages before it are void; a partition
-   already past it is read again from there, after the truncate);
+   topic's partitions to the truncate's barrier, and a partition whose log lost its end is
+   read again from the start (both as the consumer loop does: materializers/core/positions.py);
 3. the offset ranges up to the high watermarks (at most ``max_messages`` per partition), cut
    into Spark partitions of ``chunk`` offsets;
 
@@ -18,7 +18,8 @@ it (sink.py). So the MERGE, the truncates and the offsets have one implementatio
 the consumer loop's path.
 
 Poison messages (undecodable, or refused by the sink) go to ``<prefix>._bottler.dead-letter``
-with the consumer loop's headers, or stop the job (``on_poison="stop"``).
+or stop the job, by the core's poison policy (materializers/core/poison.py); watermarks are read
+as the core reads them (a broker restart is a pause: the batch finds nothing new).
 """
 
 from __future__ import annotations
@@ -34,15 +35,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
-from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka import Consumer
 
-from common.errors import BottlerError
-from materializers.core import dead_letters, metrics
+from materializers.core import metrics, poison, positions, watermarks
 from materializers.core.changes import Change, TopicPartition, table_of
-from materializers.core.decode import DecodeError, truncate_event
-from materializers.core.loop import PoisonMessage
-from materializers.core.sink import RejectedChange
+from materializers.core.decode import DecodeError
+from materializers.core.poison import DeadLetters
+from materializers.core.sink import Sink
 from materializers.warehouse import jvm
 from materializers.warehouse.delta import DeltaWriter, writer_for
 from materializers.warehouse.sink import DeltaSink
@@ -85,36 +84,35 @@ class BatchResult:
 
 class WarehouseJob:
     """Loads the table topics into Delta tables under ``path`` (see the module docstring), with
-    ``writer`` (default: :func:`writer_for` the session)."""
+    ``writer`` (default: :func:`writer_for` the session); ``sink`` replaces the Delta tables
+    (the core's behaviour tests run the job into the reference MemorySink)."""
 
     def __init__(self, spark: Any, path: str, *, bootstrap: str, registry: str,
                  prefix: str = "", topics: Iterable[str] | None = None,
                  on_poison: str = "dead-letter", max_messages: int = 1_000_000,
                  chunk: int = 200_000, name: str = "warehouse",
-                 writer: DeltaWriter | None = None):
-        if on_poison not in ("dead-letter", "stop"):
-            raise BottlerError(f"on_poison must be dead-letter or stop, not {on_poison!r}")
+                 writer: DeltaWriter | None = None, sink: Sink | None = None):
+        self.dead_letters = DeadLetters(on_poison, name=name, bootstrap=bootstrap,
+                                        topic=with_prefix(prefix, DEAD_LETTER))
         self.spark = spark
-        self.sink = DeltaSink(path, writer or writer_for(spark))
+        self.sink = sink if sink is not None else DeltaSink(path, writer or writer_for(spark))
         self.bootstrap, self.registry = bootstrap, registry
         self.prefix = prefix
         self.topics = list(topics) if topics else None
-        self.on_poison = on_poison
+        self.on_poison = self.dead_letters.policy
         self.max_messages, self.chunk = max_messages, chunk
         self.name = name
         self.truncate_topic = with_prefix(prefix, TRUNCATE)
-        self.dead_letter_topic = with_prefix(prefix, DEAD_LETTER)
+        self.dead_letter_topic = self.dead_letters.topic
         self._is_table_topic = table_topics(prefix, self.topics)
         self.decoder = decoder(registry)
         self._consumer = Consumer({"bootstrap.servers": bootstrap,
                                    "group.id": "bottler-warehouse-planner"})
-        self._producer: Producer | None = None
         self._positions: dict[TopicPartition, int] = {}  # as flushed by this job
 
     def close(self) -> None:
         self._consumer.close()
-        if self._producer is not None:
-            self._producer.flush(30)
+        self.dead_letters.close()
         self.sink.close()
 
     # -- running -------------------------------------------------------------------------
@@ -122,7 +120,11 @@ class WarehouseJob:
     def run_until_caught_up(self) -> BatchResult:
         """Batches until every partition reached the high watermark it had at the start: a
         warehouse load. Returns the totals."""
-        target = self._watermarks(self._partitions())
+        marks = self._watermarks(self._partitions())
+        while marks is None:  # the broker restarting
+            time.sleep(1.0)
+            marks = self._watermarks(self._partitions())
+        target = {tp: high for tp, (_, high) in marks.items()}
         total = BatchResult()
         while True:
             result = self.batch()
@@ -148,10 +150,15 @@ class WarehouseJob:
         if new:  # at the start, and for topics created since: where their tables stand
             self._positions.update({tp: 0 for tp in new} | self.sink.stored_offsets(new))
         start = {tp: self._positions[tp] for tp in partitions}
-        high = self._watermarks(partitions)
-        self._replay_lost_ends(start, high)
+        marks = self._watermarks(partitions)
+        if marks is None:  # the broker restarting: nothing new this time
+            return BatchResult(offsets=start)
+        high = {tp: h for tp, (_, h) in marks.items()}
+        for tp in positions.replayed(self.name, positions.lost_ends(start, high), start,
+                                     self.truncate_topic):
+            start[tp] = 0
         result = BatchResult()
-        truncates, moved = self._truncates(start, result)
+        truncates, moved = self._truncates(start, high, result)
         high = {tp: h for tp, h in high.items() if tp[0] != self.truncate_topic}
         offsets = dict(moved)
         ranges = []
@@ -168,12 +175,12 @@ class WarehouseJob:
         moved_any = any(start.get(tp) != o for tp, o in offsets.items())
         if truncates or changes or moved_any:
             try:
-                self._write(truncates + changes, offsets)
+                applied = self._write(truncates + changes, offsets)
             except BaseException:
                 self._positions.clear()  # where the tables stand is read again
                 raise
             self._positions.update(offsets)
-            metrics.count_changes(self.name, truncates + changes)
+            metrics.count_changes(self.name, applied)
         result.changes, result.truncates = len(changes), len(truncates)
         result.offsets = {**start, **offsets}
         for (topic, partition), h in high.items():
@@ -187,58 +194,37 @@ class WarehouseJob:
                      len(truncates), result.dead_letters, time.monotonic() - started)
         return result
 
-    def _replay_lost_ends(self, start: dict[TopicPartition, int],
-                          high: dict[TopicPartition, int]) -> None:
-        """A partition whose log now ends before our position lost its end in the broker (a
-        restart from an older save, an unclean leader election), and its offsets may hold
-        other messages than the ones applied: it is replayed from the start, and the truncate
-        events with it (as the consumer loop does, see Materializer._replay_lost)."""
-        lost = [tp for tp, h in high.items() if 0 <= h < start[tp]]
-        if not lost:
-            return
-        log.warning("%s: %s no longer reach our positions (the broker lost messages): replaying"
-                    " them and the truncate events from the start", self.name,
-                    ", ".join(f"{t}[{p}]" for t, p in lost))
-        for tp in start:
-            if tp in lost or tp[0] == self.truncate_topic:
-                start[tp] = 0
-
     def _partitions(self) -> list[TopicPartition]:
         metadata = self._consumer.list_topics(timeout=10)
         return sorted((topic, p) for topic, meta in metadata.topics.items()
                       if topic == self.truncate_topic or self._is_table_topic(topic)
                       for p in meta.partitions)
 
-    def _watermarks(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: self._consumer.get_watermark_offsets(
-                    KafkaTopicPartition(*tp), timeout=10, cached=False)[1]
-                for tp in partitions}
+    def _watermarks(self, partitions: Iterable[TopicPartition]) -> watermarks.Watermarks | None:
+        return watermarks.read(self._consumer, partitions, self.name)
 
-    def _truncates(self, start: dict[TopicPartition, int],
+    def _truncates(self, start: dict[TopicPartition, int], high: dict[TopicPartition, int],
                    result: BatchResult) -> tuple[list[Change], dict[TopicPartition, int]]:
-        """The truncate changes of the control topic's new events, and the positions they move
-        (the control topic's included); ``start`` is moved to the barriers."""
+        """The truncate changes of the control topic's new events (up to ``high``), and the
+        positions they move (the control topic's included); ``start`` is moved to the
+        barriers."""
         changes: list[Change] = []
         moved: dict[TopicPartition, int] = {}
         control = [tp for tp in start if tp[0] == self.truncate_topic]
-        for tp, high in self._watermarks(control).items():
-            for msg in read_range(self.bootstrap, tp[0], tp[1], start[tp], high):
+        for tp in control:
+            for msg in read_range(self.bootstrap, tp[0], tp[1], start[tp], high[tp]):
                 try:
-                    topic, table, barrier = truncate_event(self.decoder, msg.value())
+                    found = positions.barrier(self.decoder, msg, self._is_table_topic)
                 except DecodeError as exc:
-                    self._poison(msg.topic(), msg.partition(), msg.offset(), msg.key(),
-                                 msg.value(), str(exc), "DecodeError")
+                    self.dead_letters.message(msg, str(exc), "DecodeError")
                     result.dead_letters += 1
                     continue
-                if not self._is_table_topic(topic):
-                    continue
-                for partition, offset in barrier.items():
-                    start[(topic, partition)] = moved[(topic, partition)] = offset
-                changes.append(Change(topic=topic, table=table, op="truncate", key=None,
-                                      value=None, partition=msg.partition(),
-                                      offset=msg.offset(), barrier=barrier,
-                                      timestamp=msg.timestamp()[1]))
-            moved[tp] = max(high, start[tp])
+                if found is not None:
+                    change, barrier = found
+                    start.update(barrier)
+                    moved.update(barrier)
+                    changes.append(change)
+            moved[tp] = max(high[tp], start[tp])
         return changes, moved
 
     def _read(self, ranges: list[list], result: BatchResult) -> list[Change]:
@@ -256,8 +242,9 @@ class WarehouseJob:
         changes = []
         for row in sorted(rows, key=lambda r: (r["topic"], r["partition"], r["offset"])):
             if row["op"] == "poison":
-                self._poison_at(row["topic"], row["partition"], row["offset"], row["error"],
-                                "DecodeError")
+                at = row["topic"], row["partition"], row["offset"]
+                self.dead_letters.at(*at, row["error"], "DecodeError",
+                                     lambda at=at: self._content(*at))
                 result.dead_letters += 1
                 continue
             key, value = pickle.loads(row["payload"])  # noqa: S301 - our own executors'
@@ -276,40 +263,11 @@ class WarehouseJob:
     def _schema(self, schema_id: int | None):
         return None if schema_id is None else self.decoder.schema(schema_id)
 
-    def _write(self, changes: list[Change], offsets: dict[TopicPartition, int]) -> None:
-        remaining = list(changes)
-        while True:
-            try:
-                self.sink.write(remaining, offsets)
-                break
-            except RejectedChange as exc:
-                c = exc.change
-                self._poison_at(c.topic, c.partition, c.offset, exc.reason, "RejectedChange")
-                remaining = [x for x in remaining if x is not c]
-        if self._producer is not None and self._producer.flush(30) > 0:
-            raise BottlerError(f"cannot write to {self.dead_letter_topic}",
-                               "check the broker; the batch is replayed on restart")
-        self.sink.flush()
+    def _write(self, changes: list[Change], offsets: dict[TopicPartition, int]) -> list[Change]:
+        return poison.apply(self.sink, changes, offsets, self.dead_letters,
+                            lambda c: self._content(c.topic, c.partition, c.offset))
 
-    # -- poison messages -----------------------------------------------------------------
-
-    def _poison_at(self, topic: str, partition: int, offset: int, reason: str,
-                   error: str) -> None:
-        if self.on_poison == "stop":
-            raise PoisonMessage(topic, partition, offset, reason)
+    def _content(self, topic: str, partition: int, offset: int) -> poison.Content:
+        """The key and value of a message set aside, read back: the driver never had them."""
         msg = next(read_range(self.bootstrap, topic, partition, offset, offset + 1), None)
-        key, value = (msg.key(), msg.value()) if msg is not None else (None, None)
-        self._poison(topic, partition, offset, key, value, reason, error)
-
-    def _poison(self, topic: str, partition: int, offset: int, key: bytes | None,
-                value: bytes | None, reason: str, error: str) -> None:
-        """The message to the dead-letter topic, with the consumer loop's headers."""
-        if self.on_poison == "stop":
-            raise PoisonMessage(topic, partition, offset, reason)
-        metrics.DEAD_LETTERS.labels(self.name, topic).inc()
-        log.warning("%s: %s[%d]@%d to %s: %s", self.name, topic, partition, offset,
-                    self.dead_letter_topic, reason)
-        if self._producer is None:
-            self._producer = dead_letters.producer(self.bootstrap, self.dead_letter_topic)
-        headers = dead_letters.headers(topic, partition, offset, reason, error, self.name)
-        self._producer.produce(self.dead_letter_topic, key=key, value=value, headers=headers)
+        return (msg.key(), msg.value()) if msg is not None else (None, None)
