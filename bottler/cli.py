@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import typer
+from pydantic import Field
 from rich.console import Console
 from rich.table import Table
 
@@ -13,8 +14,10 @@ from bottler.migrate.cli import migrate_app
 from bottler.status.cli import status
 from capture import cli as capture_cli
 from common import options
+from common.config import MetricsSettings, env, load
 from common.errors import BottlerError
 from common.logs import setup_logging
+from common.options import option
 from common.redact import passwords_on_command_line, redact
 from common.signals import stop_on_signals
 from materializers.postgres.cli import materialize_postgres
@@ -156,17 +159,30 @@ def stack_reset(
 
 @registry_app.command("serve")
 def registry_serve(
-    host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0: every interface)."),
-    port: int = typer.Option(8081, help="Port to listen on."),
-    kafka: str = typer.Option(..., envvar="BOTTLER_KAFKA", help="Kafka bootstrap servers."),
-    topic: str = typer.Option("_schemas", help="Compacted topic that stores the schemas."),
-    max_request_bytes: int = typer.Option(1024 * 1024, help="Larger request bodies are refused "
-                                          "(HTTP 413)."),
+    host: str | None = option("--host", help="Address to listen on (0.0.0.0: every interface) "
+                              "[default: 127.0.0.1] [env: BOTTLER_REGISTRY_HOST]"),
+    port: int | None = option("--port", help="Port to listen on [default: 8081] "
+                              "[env: BOTTLER_REGISTRY_PORT]"),
+    broker: str | None = option("--broker", "--kafka", "-b", help="Kafka bootstrap servers "
+                                "[default: localhost:9092] [env: BOTTLER_KAFKA]"),
+    kafka_config: list[str] | None = options.KafkaConfig,
+    topic: str | None = option("--topic", help="Compacted topic that stores the schemas "
+                               "[default: _schemas] [env: BOTTLER_REGISTRY_TOPIC]"),
+    max_request_bytes: int | None = option(
+        "--max-request-bytes", help="Larger request bodies are refused (HTTP 413) "
+        "[default: 1048576] [env: BOTTLER_REGISTRY_MAX_REQUEST_BYTES]"),
+    users_file: Path | None = option(
+        "--users-file", help="File of user:password lines: every request needs one's "
+        "credentials (HTTP basic) [env: BOTTLER_REGISTRY_USERS_FILE; or the lines themselves "
+        "in BOTTLER_REGISTRY_USERS]"),
+    config: Path | None = options.Config,
 ) -> None:
     """Run the schema registry (Confluent REST API subset) in the foreground."""
+    given = dict(locals())
     from schemas.registry.server import serve
+    from schemas.registry.settings import ServeSettings
 
-    serve(host, port, kafka, topic, max_request_bytes)
+    serve(load(ServeSettings, given))
 
 
 @demo_app.command("seed")
@@ -182,24 +198,31 @@ def demo_seed(
         out.print(f"{table}: {n} rows")
 
 
+class LoadSettings(MetricsSettings):
+    postgres: str = Field(validation_alias=env("BOTTLER_PG_DSN"))
+    rate: float = Field(5.0, gt=0)
+    duration: float | None = Field(None, gt=0)
+
+
 @demo_app.command("load")
 def demo_load(
-    dsn: str = typer.Option(..., "--postgres", "-d", envvar="BOTTLER_PG_DSN",
-                            help="The demo shop database."),
-    rate: float = typer.Option(5.0, "--rate", help="Transactions per second."),
-    duration: float | None = typer.Option(None, "--duration",
-                                          help="Seconds to run [default: until stopped]."),
+    postgres: str | None = option("--postgres", "-d", help="The demo shop database "
+                                  "[env: BOTTLER_PG_DSN]"),
+    rate: float | None = option("--rate", help="Transactions per second [default: 5] "
+                                "[env: BOTTLER_RATE]"),
+    duration: float | None = option("--duration", help="Seconds to run [default: until "
+                                    "stopped] [env: BOTTLER_DURATION]"),
     metrics_port: int | None = options.MetricsPort,
-    metrics_host: str = options.MetricsHost,
+    metrics_host: str | None = options.MetricsHost,
+    config: Path | None = options.Config,
 ) -> None:
     """A gentle write load on the demo shop: orders placed, paid, shipped, cancelled; prices
     changed; customers signing up (one business action per transaction)."""
+    s = load(LoadSettings, locals())
     from compose.load import run_load
 
-    if rate <= 0:
-        raise BottlerError(f"--rate must be positive, not {rate}")
-    options.serve_metrics(metrics_port, metrics_host)
-    done = run_load(dsn, rate, stop_on_signals(), duration)
+    options.serve_metrics(s.metrics_port, s.metrics_host)
+    done = run_load(s.postgres, s.rate, stop_on_signals(), s.duration)
     out.print(", ".join(f"{action}: {n}" for action, n in sorted(done.items())) or "nothing done")
 
 

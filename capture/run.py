@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import threading
 
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from capture import metrics, snapshot, source, state, topics
@@ -19,6 +18,7 @@ from capture.stream import Streamer
 from capture.tables import Tables
 from common import gctune
 from common.errors import BottlerError
+from common.kafka import check_broker
 from common.redact import redact
 
 log = logging.getLogger(__name__)
@@ -35,9 +35,8 @@ def run_capture(settings: CaptureSettings, stop: threading.Event | None = None) 
     catalog = source.session_connect(s.postgres, autocommit=True)
     source.preflight(catalog, s.slot)
     # Kafka and the registry are checked before anything is created in the database.
-    admin = AdminClient({**s.kafka_config, "bootstrap.servers": s.broker,
-                         "log_level": 2})  # _check_broker reports failures, once
-    _check_broker(admin, s.broker)
+    check_broker(s.kafka)  # a wrong property fails here, in one line
+    admin = AdminClient({**s.kafka, "log_level": 2})
     registrar = Registrar(s.schema_registry) if s.output_format == "avro" else None
     if registrar:
         registrar.check()
@@ -113,13 +112,6 @@ def _new_slot(s: CaptureSettings, progress: state.CaptureState, tables: Tables) 
         new.release()
     progress.write(s.slot, snapshot=state.SNAPSHOT_COMPLETE, rows=rows,
                    consistent_lsn=new.consistent_lsn)
-
-
-def _check_broker(admin: AdminClient, broker: str) -> None:
-    try:
-        admin.list_topics(timeout=10)
-    except KafkaException as exc:
-        raise topics.unreachable_broker(exc.args[0].str(), broker) from None
 
 
 def _policy(on_error: str):

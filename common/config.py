@@ -99,6 +99,14 @@ class _Environment(EnvSettingsSource):
     BOTTLER_REGISTRY: the registry's URL) and the JSON property maps (BOTTLER_KAFKA_CONFIG,
     BOTTLER_REGISTRY_CONFIG) are read here, not by field name."""
 
+    def _extract_field_info(self, field, field_name, model_config=None):
+        """A setting with its own variables is read from those only (not BOTTLER_<FIELD>: a
+        registry's BOTTLER_PORT, say, would be anybody's)."""
+        found = super()._extract_field_info(field, field_name, model_config)
+        if isinstance(field.validation_alias, AliasChoices):
+            found = [info for info in found if info[0] != field_name] or found
+        return found
+
     def get_field_value(self, field, field_name):
         if field_name in ("kafka", "schema_registry"):
             return None, field_name, False
@@ -148,6 +156,14 @@ class _Source(PydanticBaseSettingsSource):
         super().__init__(settings_cls)
         self.inner = inner
 
+    def _extract_field_info(self, field, field_name, model_config=None):
+        """A setting with its own variables is read from those only (not BOTTLER_<FIELD>: a
+        registry's BOTTLER_PORT, say, would be anybody's)."""
+        found = super()._extract_field_info(field, field_name, model_config)
+        if isinstance(field.validation_alias, AliasChoices):
+            found = [info for info in found if info[0] != field_name] or found
+        return found
+
     def get_field_value(self, field, field_name):  # pragma: no cover - __call__ does the work
         return None, field_name, False
 
@@ -194,6 +210,10 @@ class Settings(BaseSettings):
             sources.append(_File(settings_cls, yaml_file=config_file))
         return tuple(sources)
 
+    def check_clients(self) -> None:
+        """Fail in one line, before anything starts, when the broker or the registry cannot be
+        used with the given properties (the settings classes with clients check theirs)."""
+
     def __repr_args__(self):
         """Shown masked, wherever settings are printed or logged."""
         for name, value in super().__repr_args__():
@@ -217,6 +237,12 @@ class KafkaSettings(Settings):
         props = {"bootstrap.servers": DEFAULT_BROKER, **_properties(value)}
         check_kafka_config(props)
         return props
+
+    def check_clients(self) -> None:
+        from common.kafka import check_broker
+
+        super().check_clients()
+        check_broker(self.kafka)
 
     @property
     def broker(self) -> str:
@@ -242,6 +268,12 @@ class RegistrySettings(Settings):
         props = {"url": DEFAULT_REGISTRY, **_properties(value)}
         check_registry_config(props)
         return props
+
+    def check_clients(self) -> None:
+        from common.registry import check_registry
+
+        super().check_clients()
+        check_registry(self.schema_registry)
 
     @property
     def registry_url(self) -> str:
@@ -326,9 +358,9 @@ def parse_properties(pairs: list[str] | tuple[str, ...], flag: str) -> dict[str,
         name, sep, value = pair.partition("=")
         if not sep or not name.strip():
             shown = MASK if is_secret_key(pair) else repr(pair)
+            example = "compression.type=zstd" if flag == "-C" else "timeout=10"
             raise BottlerError(f"{flag} expects prop=value, got {shown}",
-                               f"write each property as {flag} prop=value, e.g. "
-                               f"{flag} {'compression.type=zstd' if flag == '-C' else 'timeout=10'}")
+                               f"write each property as {flag} prop=value, e.g. {flag} {example}")
         props[name.strip()] = value.strip()
     return props
 

@@ -17,6 +17,7 @@ from psycopg import sql
 
 from bottler.migrate.catalog import parse_table, user_tables
 from common.errors import BottlerError
+from common.kafka import Connection, client_config, servers
 from common.pg import connect
 from common.redact import redact
 from schemas.topics import CONTROL, table_topic
@@ -100,9 +101,9 @@ def _stored_offsets(conn: psycopg.Connection, group: str) -> dict[tuple[str, int
     ).fetchall()}
 
 
-def _watermarks(broker: str, topics: set[str]) -> dict[str, dict[int, tuple[int, int]]]:
+def _watermarks(broker: Connection, topics: set[str]) -> dict[str, dict[int, tuple[int, int]]]:
     """topic -> partition -> (low, high) for each of ``topics`` that exists."""
-    consumer = Consumer({"bootstrap.servers": broker, "group.id": f"bottler-status-{uuid.uuid4()}",
+    consumer = Consumer({**client_config(broker), "group.id": f"bottler-status-{uuid.uuid4()}",
                          "enable.auto.commit": False, "socket.timeout.ms": 10000,
                          "log_level": 0})  # unreachable brokers: one error, not a log per retry
     try:
@@ -116,7 +117,7 @@ def _watermarks(broker: str, topics: set[str]) -> dict[str, dict[int, tuple[int,
             }
         return found
     except KafkaException as exc:
-        raise BottlerError(f"cannot read topic offsets from the Kafka brokers {broker}: "
+        raise BottlerError(f"cannot read topic offsets from the Kafka brokers {servers(broker)}: "
                            f"{redact(exc.args[0].str())}",
                            "check --broker and that Kafka is up") from None
     finally:
@@ -132,7 +133,7 @@ def _lag(item: TableStatus, marks: dict[int, tuple[int, int]] | None) -> None:
                    for p, (low, high) in marks.items())
 
 
-def status(source_dsn: str, target_dsn: str, broker: str, prefix: str = "",
+def status(source_dsn: str, target_dsn: str, broker: Connection, prefix: str = "",
            group: str = DEFAULT_GROUP, tables: list[str] | None = None,
            exact: bool = False) -> StatusReport:
     with connect(source_dsn, autocommit=True) as src, connect(target_dsn, autocommit=True) as dst:

@@ -31,11 +31,11 @@ from typing import Any, Literal
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from common import gctune
 from common.errors import BottlerError
-from common.kafka import BACKLOG_READER
+from common.kafka import BACKLOG_READER, Connection, client_config
+from common.registry import Registry
 from materializers.core import dead_letters, metrics
 from materializers.core.changes import Change, TableId, TopicPartition, table_of
 from materializers.core.decode import DecodeError, Decoder, truncate_event
@@ -85,8 +85,8 @@ class Materializer:
         self,
         sink: Sink,
         *,
-        bootstrap: str,
-        registry: str | SchemaRegistryClient,
+        bootstrap: Connection,
+        registry: Registry,
         group_id: str,
         topics: Sequence[str] | None = None,
         prefix: str = "",
@@ -121,7 +121,7 @@ class Materializer:
         self.topics = list(topics) if topics is not None else None
         self.is_table_topic = table_topics(prefix, self.topics, pattern)
         self._consumer_config = {
-            "bootstrap.servers": bootstrap,
+            **client_config(bootstrap),
             "group.id": group_id,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
