@@ -11,9 +11,8 @@ from __future__ import annotations
 from typing import Literal
 
 import typer
-from pydantic import Field
 
-from common.config import KafkaSettings, MetricsSettings, RegistrySettings, TopicPrefixSettings
+from common.config import KafkaSettings, RegistrySettings, TopicPrefixSettings
 
 
 def option(*names: str, help: str, default: object = None, **kwargs):
@@ -72,13 +71,11 @@ def once(help: str = "Stop once caught up."):
     return option("--once", help=help, default=False)
 
 
-class ViewSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings, MetricsSettings):
-    """What every materializer reads its topics with (`materialize *`, `reindex`, `translate`)."""
+class ViewSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings):
+    """What every materializer reads its topics with (`materialize *`, `reindex`, `translate`);
+    each command adds its own settings (topics, batch_size, once, metrics...)."""
 
-    topics: list[str] = []
     on_poison: Literal["dead-letter", "stop"] = "dead-letter"
-    batch_size: int = Field(5000, ge=1)
-    once: bool = False
 
 
 def serve_metrics(port: int | None, host: str = METRICS_HOST) -> None:

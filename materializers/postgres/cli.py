@@ -7,13 +7,16 @@ from pathlib import Path
 from pydantic import Field
 
 from common import gctune, options
-from common.config import env, load
+from common.config import MetricsSettings, env, load
 from common.options import option
 from common.signals import stop_on_signals
 
 
-class ReplicaSettings(options.ViewSettings):
+class ReplicaSettings(options.ViewSettings, MetricsSettings):
     target: str = Field(validation_alias=env("BOTTLER_TARGET_DSN"))
+    topics: list[str] = []
+    batch_size: int = Field(5000, ge=1)
+    once: bool = False
     group_id: str = "bottler-postgres"
     adopt_existing: bool = False
 

@@ -8,7 +8,7 @@ import typer
 from pydantic import Field
 
 from common import options
-from common.config import load
+from common.config import MetricsSettings, load
 from common.errors import BottlerError
 from common.kafka import check_broker
 from common.options import option
@@ -17,16 +17,22 @@ from common.signals import stop_on_signals
 INDEX_HELP = "The alias searches use; bottler writes its physical indices NAME-1, NAME-2…"
 
 
-class SearchSettings(options.ViewSettings):
-    """`materialize search`'s and `reindex`'s settings."""
+class ReaderSettings(options.ViewSettings):
+    """What `materialize search` and `reindex` share."""
 
     search: str = "http://localhost:9200"
-    index: str | None = None  # the alias: required by `materialize search`
+    topics: list[str] = []
+    batch_size: int = Field(5000, ge=1)
     mapping: Path | None = None
     transform: str | None = None
 
 
-class ReindexSettings(SearchSettings):
+class SearchSettings(ReaderSettings, MetricsSettings):
+    index: str | None = None  # the alias: required (a setting, so the file may give it)
+    once: bool = False
+
+
+class ReindexSettings(ReaderSettings):
     max_lag: int = Field(100, ge=0)
     retention: float = Field(0.0, ge=0)
     keep_old: bool = False
@@ -34,7 +40,7 @@ class ReindexSettings(SearchSettings):
     timeout: float | None = Field(None, gt=0)
 
 
-def _reader_options(s: SearchSettings):
+def _reader_options(s: ReaderSettings):
     from materializers.search.documents import load_transform
     from materializers.search.indices import load_definition
     from materializers.search.reader import ReaderOptions

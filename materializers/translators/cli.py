@@ -9,16 +9,17 @@ from confluent_kafka import KafkaException
 from pydantic import Field
 
 from common import options
-from common.config import load
+from common.config import MetricsSettings, load
 from common.errors import BottlerError
 from common.options import option
 from common.signals import stop_on_signals
 
 
-class TranslateSettings(options.ViewSettings):
+class TranslateSettings(options.ViewSettings, MetricsSettings):
     output_prefix: str | None = None
     group_id: str | None = None
     batch_size: int = Field(500, ge=1)
+    once: bool = False
 
 
 def translate(

@@ -11,7 +11,7 @@ import typer
 from pydantic import Field
 
 from common import options
-from common.config import env, load
+from common.config import MetricsSettings, env, load
 from common.errors import BottlerError
 from common.options import option
 from common.signals import stop_on_signals
@@ -23,8 +23,10 @@ PATH = typer.Option(..., "--path", envvar="BOTTLER_WAREHOUSE_PATH",
                     show_default=False)
 
 
-class WarehouseSettings(options.ViewSettings):
+class WarehouseSettings(options.ViewSettings, MetricsSettings):
     path: Path = Field(validation_alias=env("BOTTLER_WAREHOUSE_PATH"))
+    topics: list[str] = []
+    once: bool = False
     master: str = Field("local[2]", validation_alias=env("BOTTLER_SPARK_MASTER"))
     max_messages: int = Field(1_000_000, ge=1)
     interval: float = Field(1.0, gt=0)
