@@ -241,8 +241,8 @@ class KafkaSettings(Settings):
     def check_clients(self) -> None:
         from common.kafka import check_broker
 
-        super().check_clients()
         check_broker(self.kafka)
+        super().check_clients()
 
     @property
     def broker(self) -> str:
@@ -272,8 +272,8 @@ class RegistrySettings(Settings):
     def check_clients(self) -> None:
         from common.registry import check_registry
 
-        super().check_clients()
         check_registry(self.schema_registry)
+        super().check_clients()
 
     @property
     def registry_url(self) -> str:
@@ -412,24 +412,29 @@ def _env_names(cls: type[Settings], field: str) -> list[str]:
 
 
 def _flag(param: str) -> str:
-    """The running command's flag for parameter ``param`` (its first spelling), if any."""
-    import click
-
-    ctx = click.get_current_context(silent=True)
+    """The running command's flag for parameter ``param`` (its long spelling), if any."""
     short = {"kafka_config": "-C", "registry_config": "-R"}  # the spelling users know them by
     if param in short:
         return short[param]
+    ctx = _context()
     for p in ctx.command.params if ctx else ():
-        if p.name == param and isinstance(p, click.Option):
+        if p.name == param and p.param_type_name == "option":
             return next((o for o in p.opts if o.startswith("--")), p.opts[0])
-    return ""
+    return "" if ctx else "--" + param.replace("_", "-")
 
 
 def _command_path() -> str:
-    import click
-
-    ctx = click.get_current_context(silent=True)
+    ctx = _context()
     return ctx.command_path if ctx else "bottler"
+
+
+def _context():
+    """The command line's context while a command runs (typer carries its own click)."""
+    try:
+        from typer._click.globals import get_current_context
+    except ImportError:  # a typer on the click package
+        from click import get_current_context
+    return get_current_context(silent=True)
 
 
 def _check_config_file(path: Path) -> None:

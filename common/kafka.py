@@ -34,7 +34,7 @@ def described(connection: Connection) -> str:
     if isinstance(connection, str):
         return connection
     props = mask_properties({k: v for k, v in connection.items() if k != "bootstrap.servers"})
-    shown = ", ".join(f"{k}={v}" for k, v in sorted(props.items()))
+    shown = " ".join(f"{k}={v}" for k, v in sorted(props.items()))
     return servers(connection) + (f" (with {shown})" if shown else "")
 
 
@@ -63,7 +63,7 @@ def check_broker(connection: Connection, timeout: float = 10.0) -> None:
         hopeless = any(word in reason for word in _HOPELESS)
         if hopeless or time.monotonic() >= deadline:
             raise BottlerError(
-                f"cannot use the Kafka broker at {described(connection)}: {reason}",
+                f"the Kafka broker at {described(connection)} is unreachable: {reason}",
                 "check --broker (BOTTLER_KAFKA) and the Kafka client properties (-C, "
                 "BOTTLER_KAFKA_CONFIG, the `kafka:` section of the --config file)")
 

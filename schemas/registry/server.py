@@ -4,7 +4,7 @@ import logging
 
 import uvicorn
 
-from common.kafka import described
+from common.kafka import check_broker, described
 
 from .app import create_app
 from .auth import load_users
@@ -19,6 +19,7 @@ def serve(settings: ServeSettings) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     s = settings
     users = load_users(s.users_file, s.users.get_secret_value() if s.users else None)
+    check_broker(s.kafka)  # a wrong property fails here, in one line
     store = SchemaStore(s.kafka, s.topic)
     store.start()  # before listening: a registry that answers must know every schema
     try:
