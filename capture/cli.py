@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from capture.settings import load_settings
 from common import options
 from common.errors import BottlerError
 from common.options import option
@@ -61,7 +62,6 @@ def capture(
     """Snapshot the source database, then stream its changes into Kafka, one topic per table."""
     given = dict(locals())  # the flags: first, before anything else is bound here
     from capture.run import run_capture
-    from capture.settings import load_settings
 
     settings = load_settings(**given)
     stop = stop_on_signals()

@@ -109,13 +109,13 @@ def test_users_from_the_environment_and_a_bad_users_file(stack, tmp_path):
     from schemas.registry.auth import load_users
     from schemas.registry.settings import ServeSettings
 
-    os.environ["BOTTLER_REGISTRY_USERS"] = "a:one\nb:two"
+    os.environ["BOTTLER_REGISTRY_USERS"] = "a:Pw1xq\nb:Pw2xq"
     try:
         s = load(ServeSettings, {})
     finally:
         del os.environ["BOTTLER_REGISTRY_USERS"]
-    assert load_users(s.users_file, s.users.get_secret_value()) == {"a": "one", "b": "two"}
-    assert "one" not in repr(s)
+    assert load_users(s.users_file, s.users.get_secret_value()) == {"a": "Pw1xq", "b": "Pw2xq"}
+    assert "Pw1xq" not in repr(s)
     bad = tmp_path / "users"
     bad.write_text("no-colon-here\n")
     assert_clear_error(bottler("registry", "serve", "--broker", stack.kafka, "--port",

@@ -21,12 +21,11 @@ from starlette.routing import Route
 
 from . import compatibility as compat
 from .auth import REALM, authorized
+from .settings import MAX_REQUEST_BYTES
 from .store import RecordTooLarge, SchemaStore, StoreError, Version, canonical
 
 MEDIA_TYPE = "application/vnd.schemaregistry.v1+json"
-# Request bodies above this are refused before they are read (HTTP 413): a schema is a few kB,
-# and a body is held in memory. Kafka's default max.message.bytes (1 MB) bounds a schema anyway.
-MAX_REQUEST_BYTES = 1024 * 1024
+
 log = logging.getLogger(__name__)
 
 

@@ -9,7 +9,9 @@ from pydantic import Field, SecretStr
 
 from common.config import KafkaSettings, env
 
-from .app import MAX_REQUEST_BYTES
+# Request bodies above this are refused before they are read (HTTP 413): a schema is a few kB,
+# and a body is held in memory. Kafka's default max.message.bytes (1 MB) bounds a schema anyway.
+MAX_REQUEST_BYTES = 1024 * 1024
 
 
 class ServeSettings(KafkaSettings):
