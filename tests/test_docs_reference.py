@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import typer
 
-from bottler.cli import LoadSettings, app
+from bottler.cli import LoadSettings, StackResetSettings, StackSettings, StackUpSettings, app
 from bottler.migrate.cli import MigrateStatusSettings, VerifySettings
 from bottler.status.cli import StatusSettings
 from capture.settings import CONFIG_ENV, CaptureSettings
@@ -109,7 +109,9 @@ SETTINGS = {
     "bottler materialize warehouse": WarehouseSettings, "bottler translate": TranslateSettings,
     "bottler status": StatusSettings, "bottler migrate status": MigrateStatusSettings,
     "bottler migrate verify": VerifySettings, "bottler registry serve": ServeSettings,
-    "bottler demo load": LoadSettings,
+    "bottler demo load": LoadSettings, "bottler stack up": StackUpSettings,
+    "bottler stack down": StackSettings, "bottler stack status": StackSettings,
+    "bottler stack reset": StackResetSettings,
 }
 # Keys not spelled like a flag of the command (the flag's long name with _ for -).
 NOT_FLAGS = {"kafka": "--kafka-config", "schema_registry": "--schema-registry"}
