@@ -253,7 +253,7 @@ def _through_the_registry(stack, source, target, tmp_path, capture, log, metrics
             page = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=1).text
         except httpx.HTTPError:
             return False
-        return "bottler_capture_snapshot_done 1.0" in page
+        return "bottler_capture_snapshot_complete 1.0" in page
 
     wait_for(snapshot_done, 120, "the capture's snapshot")
     metrics = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text
