@@ -31,11 +31,16 @@ def servers(connection: Connection) -> str:
 def described(connection: Connection) -> str:
     """The connection in one line for an error: the servers and the properties given (secret
     ones masked), so that a wrong property is named where it fails."""
+    return servers(connection) + properties_shown(connection)
+
+
+def properties_shown(connection: Connection) -> str:
+    """` (with prop=value …)` for the properties besides bootstrap.servers, secrets masked."""
     if isinstance(connection, str):
-        return connection
+        return ""
     props = mask_properties({k: v for k, v in connection.items() if k != "bootstrap.servers"})
     shown = " ".join(f"{k}={v}" for k, v in sorted(props.items()))
-    return servers(connection) + (f" (with {shown})" if shown else "")
+    return f" (with {shown})" if shown else ""
 
 
 # librdkafka's errors that no retry mends: a wrong protocol, certificate or password.
@@ -63,7 +68,8 @@ def check_broker(connection: Connection, timeout: float = 10.0) -> None:
         hopeless = any(word in reason for word in _HOPELESS)
         if hopeless or time.monotonic() >= deadline:
             raise BottlerError(
-                f"the Kafka broker at {described(connection)} is unreachable: {reason}",
+                f"the Kafka broker at {servers(connection)} is unreachable"
+                f"{properties_shown(connection)}: {reason}",
                 "check --broker (BOTTLER_KAFKA) and the Kafka client properties (-C, "
                 "BOTTLER_KAFKA_CONFIG, the `kafka:` section of the --config file)")
 
