@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import typer
+from pydantic import Field
 from rich.console import Console
 from rich.table import Table
 
@@ -13,14 +14,17 @@ from bottler.migrate.cli import migrate_app
 from bottler.status.cli import status
 from capture import cli as capture_cli
 from common import options
+from common.config import MetricsSettings, Settings, env, load
 from common.errors import BottlerError
 from common.logs import setup_logging
+from common.options import option
 from common.redact import passwords_on_command_line, redact
 from common.signals import stop_on_signals
 from materializers.postgres.cli import materialize_postgres
 from materializers.search.cli import materialize_search, reindex
 from materializers.translators.cli import translate
 from materializers.warehouse.cli import materialize_warehouse, warehouse_app
+from schemas.registry.settings import ServeSettings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 stack_app = typer.Typer(no_args_is_help=True, help="The embedded stack of real services.")
@@ -46,17 +50,48 @@ app.add_typer(migrate_app, name="migrate")
 out = Console() if sys.stdout.isatty() else Console(width=120)
 err = Console(stderr=True, soft_wrap=True)  # an error stays on one greppable line
 
-StackDir = typer.Option(
-    Path(".stack"), "--dir", envvar="BOTTLER_STACK_DIR", help="Where the stack keeps its data."
-)
-
-
+StackDir = option("--dir", help="Where the stack keeps its data [default: .stack] "
+                  "[env: BOTTLER_STACK_DIR]")
 def _port(name: str, default: int):
-    return typer.Option(
-        None, f"--{name}-port", envvar=f"BOTTLER_STACK_{name.upper().replace('-', '_')}_PORT",
-        help=f"{name} port (default {default}, or the port the stack last used).",
-        show_default=False,
-    )
+    return option(f"--{name}-port", help=f"{name} port (default {default}, or the port the "
+                  f"stack last used) [env: BOTTLER_STACK_{name.upper().replace('-', '_')}_PORT]")
+
+
+class StackSettings(Settings):
+    """`bottler stack *`: the stack's directory."""
+
+    dir: Path = Field(Path(".stack"), validation_alias=env("BOTTLER_STACK_DIR"))
+
+
+class StackResetSettings(StackSettings):
+    yes: bool = False
+
+
+class StackUpSettings(StackSettings):
+    app: list[str] = []
+    all: bool = False
+    demo: bool = False
+    postgres_port: int | None = Field(
+        None, validation_alias=env("BOTTLER_STACK_POSTGRES_PORT"))
+    kafka_port: int | None = Field(
+        None, validation_alias=env("BOTTLER_STACK_KAFKA_PORT"))
+    registry_port: int | None = Field(
+        None, validation_alias=env("BOTTLER_STACK_REGISTRY_PORT"))
+    search_port: int | None = Field(
+        None, validation_alias=env("BOTTLER_STACK_SEARCH_PORT"))
+    metrics_port: int | None = Field(
+        None, validation_alias=env("BOTTLER_STACK_METRICS_PORT"))
+    replica_metrics_port: int | None = Field(
+        None, validation_alias=env("BOTTLER_STACK_REPLICA_METRICS_PORT"))
+    search_metrics_port: int | None = Field(
+        None, validation_alias=env("BOTTLER_STACK_SEARCH_METRICS_PORT"))
+    warehouse_metrics_port: int | None = Field(
+        None, validation_alias=env("BOTTLER_STACK_WAREHOUSE_METRICS_PORT"))
+    translator_metrics_port: int | None = Field(
+        None, validation_alias=env("BOTTLER_STACK_TRANSLATOR_METRICS_PORT"))
+    load_metrics_port: int | None = Field(
+        None, validation_alias=env("BOTTLER_STACK_LOAD_METRICS_PORT"))
+
 
 
 def _stack(root: Path, ports: dict[str, int | None] | None = None):
@@ -92,7 +127,7 @@ def _print_stack(stack, outcome: dict[str, str] | None = None) -> None:
 
 @stack_app.command("up")
 def stack_up(
-    root: Path = StackDir,
+    dir: Path | None = StackDir,
     postgres_port: int | None = _port("postgres", 15432),
     kafka_port: int | None = _port("kafka", 19092),
     registry_port: int | None = _port("registry", 18081),
@@ -103,20 +138,21 @@ def stack_up(
     warehouse_metrics_port: int | None = _port("warehouse-metrics", 19103),
     translator_metrics_port: int | None = _port("translator-metrics", 19104),
     load_metrics_port: int | None = _port("load-metrics", 19105),
-    apps: list[str] | None = typer.Option(
-        None, "--app", help="Also run this part of the appliance (capture, replica, search, "
+    app: list[str] | None = option(
+        "--app", help="Also run this part of the appliance (capture, replica, search, "
         "warehouse, translator, load); remembered."),
-    all_apps: bool = typer.Option(False, "--all", help="Run every part of the appliance."),
-    demo: bool = typer.Option(False, "--demo", help="Seed the demo shop (before the apps)."),
+    all: bool = option("--all", default=False, help="Run every part of the appliance."),
+    demo: bool = option("--demo", default=False, help="Seed the demo shop (before the apps)."),
+    config: Path | None = options.Config,
 ) -> None:
     """Start PostgreSQL, the broker (Kafka + search APIs) and the registry, and the apps;
     idempotent."""
-    ports = dict(postgres=postgres_port, kafka=kafka_port, registry=registry_port,
-                 search=search_port, metrics=metrics_port, replica_metrics=replica_metrics_port,
-                 search_metrics=search_metrics_port, warehouse_metrics=warehouse_metrics_port,
-                 translator_metrics=translator_metrics_port, load_metrics=load_metrics_port)
-    stack = _stack(root, ports)
-    outcome = stack.up(stack.APPS if all_apps else tuple(apps or ()), demo=demo)
+    s = load(StackUpSettings, locals())
+    names = ("postgres", "kafka", "registry", "search", "metrics", "replica_metrics",
+             "search_metrics", "warehouse_metrics", "translator_metrics", "load_metrics")
+    ports = {name: getattr(s, f"{name}_port") for name in names}
+    stack = _stack(s.dir, ports)
+    outcome = stack.up(stack.APPS if s.all else tuple(s.app), demo=s.demo)
     _print_stack(stack, outcome)
     out.print(f"Endpoints are in [bold]{stack.env_file}[/]; load them with "
               f"[bold]. {_relative(stack.env_file)}[/]")
@@ -125,18 +161,18 @@ def stack_up(
 
 
 @stack_app.command("down")
-def stack_down(root: Path = StackDir) -> None:
+def stack_down(dir: Path | None = StackDir, config: Path | None = options.Config) -> None:
     """Stop every process the stack started (data is kept)."""
-    stack = _stack(root)
+    stack = _stack(load(StackSettings, locals()).dir)
     outcome = stack.down()
     for name, what in outcome.items():
         out.print(f"{name}: {what}")
 
 
 @stack_app.command("status")
-def stack_status(root: Path = StackDir) -> None:
+def stack_status(dir: Path | None = StackDir, config: Path | None = options.Config) -> None:
     """Show each service, its PID and endpoint. Exits 1 when something is not running."""
-    stack = _stack(root)
+    stack = _stack(load(StackSettings, locals()).dir)
     _print_stack(stack)
     if not all(stack.status().values()):
         raise typer.Exit(1)
@@ -144,29 +180,43 @@ def stack_status(root: Path = StackDir) -> None:
 
 @stack_app.command("reset")
 def stack_reset(
-    root: Path = StackDir,
-    yes: bool = typer.Option(False, "--yes", help="Do not ask for confirmation."),
+    dir: Path | None = StackDir,
+    yes: bool = option("--yes", default=False, help="Do not ask for confirmation."),
+    config: Path | None = options.Config,
 ) -> None:
     """Stop the stack and delete all its data."""
-    if not yes:
-        typer.confirm(f"Delete {root.resolve()} and all the stack's data?", abort=True)
-    _stack(root).reset()
-    out.print(f"removed {root}")
+    s = load(StackResetSettings, locals())
+    if not s.yes:
+        typer.confirm(f"Delete {s.dir.resolve()} and all the stack's data?", abort=True)
+    _stack(s.dir).reset()
+    out.print(f"removed {s.dir}")
 
 
 @registry_app.command("serve")
 def registry_serve(
-    host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0: every interface)."),
-    port: int = typer.Option(8081, help="Port to listen on."),
-    kafka: str = typer.Option(..., envvar="BOTTLER_KAFKA", help="Kafka bootstrap servers."),
-    topic: str = typer.Option("_schemas", help="Compacted topic that stores the schemas."),
-    max_request_bytes: int = typer.Option(1024 * 1024, help="Larger request bodies are refused "
-                                          "(HTTP 413)."),
+    host: str | None = option("--host", help="Address to listen on (0.0.0.0: every interface) "
+                              "[default: 127.0.0.1] [env: BOTTLER_REGISTRY_HOST]"),
+    port: int | None = option("--port", help="Port to listen on [default: 8081] "
+                              "[env: BOTTLER_REGISTRY_PORT]"),
+    broker: str | None = option("--broker", "--kafka", "-b", help="Kafka bootstrap servers "
+                                "[default: localhost:9092] [env: BOTTLER_KAFKA]"),
+    kafka_config: list[str] | None = options.KafkaConfig,
+    topic: str | None = option("--topic", help="Compacted topic that stores the schemas "
+                               "[default: _schemas] [env: BOTTLER_REGISTRY_TOPIC]"),
+    max_request_bytes: int | None = option(
+        "--max-request-bytes", help="Larger request bodies are refused (HTTP 413) "
+        "[default: 1048576] [env: BOTTLER_REGISTRY_MAX_REQUEST_BYTES]"),
+    users_file: Path | None = option(
+        "--users-file", help="File of user:password lines: every request needs one's "
+        "credentials (HTTP basic) [env: BOTTLER_REGISTRY_USERS_FILE; or the lines themselves "
+        "in BOTTLER_REGISTRY_USERS]"),
+    config: Path | None = options.Config,
 ) -> None:
     """Run the schema registry (Confluent REST API subset) in the foreground."""
+    given = dict(locals())
     from schemas.registry.server import serve
 
-    serve(host, port, kafka, topic, max_request_bytes)
+    serve(load(ServeSettings, given))
 
 
 @demo_app.command("seed")
@@ -182,24 +232,31 @@ def demo_seed(
         out.print(f"{table}: {n} rows")
 
 
+class LoadSettings(MetricsSettings):
+    postgres: str = Field(validation_alias=env("BOTTLER_PG_DSN"))
+    rate: float = Field(5.0, gt=0)
+    duration: float | None = Field(None, gt=0)
+
+
 @demo_app.command("load")
 def demo_load(
-    dsn: str = typer.Option(..., "--postgres", "-d", envvar="BOTTLER_PG_DSN",
-                            help="The demo shop database."),
-    rate: float = typer.Option(5.0, "--rate", help="Transactions per second."),
-    duration: float | None = typer.Option(None, "--duration",
-                                          help="Seconds to run [default: until stopped]."),
+    postgres: str | None = option("--postgres", "-d", help="The demo shop database "
+                                  "[env: BOTTLER_PG_DSN]"),
+    rate: float | None = option("--rate", help="Transactions per second [default: 5] "
+                                "[env: BOTTLER_RATE]"),
+    duration: float | None = option("--duration", help="Seconds to run [default: until "
+                                    "stopped] [env: BOTTLER_DURATION]"),
     metrics_port: int | None = options.MetricsPort,
-    metrics_host: str = options.MetricsHost,
+    metrics_host: str | None = options.MetricsHost,
+    config: Path | None = options.Config,
 ) -> None:
     """A gentle write load on the demo shop: orders placed, paid, shipped, cancelled; prices
     changed; customers signing up (one business action per transaction)."""
+    s = load(LoadSettings, locals())
     from compose.load import run_load
 
-    if rate <= 0:
-        raise BottlerError(f"--rate must be positive, not {rate}")
-    options.serve_metrics(metrics_port, metrics_host)
-    done = run_load(dsn, rate, stop_on_signals(), duration)
+    options.serve_metrics(s.metrics_port, s.metrics_host)
+    done = run_load(s.postgres, s.rate, stop_on_signals(), s.duration)
     out.print(", ".join(f"{action}: {n}" for action, n in sorted(done.items())) or "nothing done")
 
 

@@ -9,7 +9,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from capture.settings import load_settings
+from common import options
 from common.errors import BottlerError
+from common.options import option
 from common.signals import stop_on_signals
 
 slot_app = typer.Typer(no_args_is_help=True, help="Replication slots of the source database.")
@@ -19,93 +22,56 @@ DsnOption = typer.Option(None, "--postgres", "-d", help="Source database DSN "
                          "[env: BOTTLER_PG_DSN]", show_default=False)
 
 
-def _props(pairs: list[str] | None, flag: str) -> dict[str, str]:
-    props = {}
-    for pair in pairs or []:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            secret = any(w in pair.lower() for w in ("password", "secret", "token"))
-            raise BottlerError(
-                f"{flag} expects prop=value, got {'***' if secret else pair!r}",
-                f"write each setting as {flag} prop=value, e.g. {flag} compression.type=zstd",
-            )
-        props[name.strip()] = value.strip()
-    return props
-
-
 def capture(
     postgres: str | None = DsnOption,
-    slot: str | None = typer.Option(None, "--slot", "-s", help="Replication slot name "
-                                    "[default: bottler]", show_default=False),
-    broker: str | None = typer.Option(None, "--broker", "-b", help="Kafka bootstrap servers "
-                                      "[env: BOTTLER_KAFKA]", show_default=False),
-    schema_registry: str | None = typer.Option(
-        None, "--schema-registry", "-r", help="Schema registry URL [env: BOTTLER_REGISTRY]",
-        show_default=False),
-    output_format: str | None = typer.Option(None, "--output-format", "-f",
-                                             help="avro (default) or json"),
-    allow_unkeyed: bool = typer.Option(False, "--allow-unkeyed", "-u",
-                                       help="Publish tables without a key (no deletes)."),
-    topic_prefix: str | None = typer.Option(None, "--topic-prefix", "-p",
-                                            help="Prefix of every topic name."),
-    on_error: str | None = typer.Option(None, "--on-error", "-e",
-                                        help="exit (default) or log: what a bad row does"),
-    skip_snapshot: bool = typer.Option(False, "--skip-snapshot", "-x",
-                                       help="Stream only new changes (new slot only)."),
-    kafka_config: list[str] | None = typer.Option(None, "--kafka-config", "-C",
-                                                  help="librdkafka setting prop=val"),
-    topic_config: list[str] | None = typer.Option(None, "--topic-config", "-T",
-                                                  help="topic setting prop=val"),
-    tables: list[str] | None = typer.Option(None, "--tables", help="Tables to publish "
-                                            "(schema.table, repeatable or comma-separated)"),
-    publication: str | None = typer.Option(None, "--publication",
-                                           help="Use this existing publication."),
-    snapshot_workers: int | None = typer.Option(None, "--snapshot-workers",
-                                                help="Parallel snapshot processes [default: 2]"),
-    snapshot_chunk_pages: int | None = typer.Option(
-        None, "--snapshot-chunk-pages",
+    slot: str | None = option("--slot", "-s", help="Replication slot name [default: bottler]"),
+    broker: str | None = options.Broker,
+    kafka_config: list[str] | None = options.KafkaConfig,
+    schema_registry: str | None = options.SchemaRegistry,
+    registry_config: list[str] | None = options.RegistryConfig,
+    output_format: str | None = option("--output-format", "-f", help="avro (default) or json"),
+    allow_unkeyed: bool = option("--allow-unkeyed", "-u", default=False,
+                                 help="Publish tables without a key (no deletes)."),
+    topic_prefix: str | None = option("--topic-prefix", "-p", help="Prefix of every topic name "
+                                      "[env: BOTTLER_TOPIC_PREFIX]"),
+    on_error: str | None = option("--on-error", "-e",
+                                  help="exit (default) or log: what a bad row does"),
+    skip_snapshot: bool = option("--skip-snapshot", "-x", default=False,
+                                 help="Stream only new changes (new slot only)."),
+    topic_config: list[str] | None = option("--topic-config", "-T", metavar="PROP=VALUE",
+                                            help="topic setting prop=val"),
+    tables: list[str] | None = option("--tables", help="Tables to publish "
+                                      "(schema.table, repeatable or comma-separated)"),
+    publication: str | None = option("--publication", help="Use this existing publication."),
+    snapshot_workers: int | None = option("--snapshot-workers",
+                                          help="Parallel snapshot processes [default: 2]"),
+    snapshot_chunk_pages: int | None = option(
+        "--snapshot-chunk-pages",
         help="Pages (8 kB) per snapshot chunk: the unit a restarted snapshot resumes from "
              "[default: 2000]"),
-    metrics_port: int | None = typer.Option(None, "--metrics-port",
-                                            help="Serve Prometheus metrics on this port."),
-    metrics_host: str | None = typer.Option(
-        None, "--metrics-host", help="Address the metrics are served on (0.0.0.0: every "
-        "interface) [default: 127.0.0.1] [env: BOTTLER_METRICS_HOST]", show_default=False),
-    heartbeat_interval: float | None = typer.Option(None, "--heartbeat-interval",
-                                                    help="Seconds between heartbeats [10]"),
-    confirm_delay: float | None = typer.Option(
-        None, "--confirm-delay",
+    metrics_port: int | None = options.MetricsPort,
+    metrics_host: str | None = options.MetricsHost,
+    heartbeat_interval: float | None = option("--heartbeat-interval",
+                                              help="Seconds between heartbeats [10]"),
+    confirm_delay: float | None = option(
+        "--confirm-delay",
         help="Seconds an acknowledged position waits before it is confirmed to PostgreSQL [0]"),
-    transaction_topic: bool = typer.Option(False, "--transaction-topic",
-                                           help="Publish transaction boundaries."),
-    replica_identity_full: bool = typer.Option(
-        False, "--replica-identity-full",
+    transaction_topic: bool = option("--transaction-topic", default=False,
+                                     help="Publish transaction boundaries."),
+    replica_identity_full: bool = option(
+        "--replica-identity-full", default=False,
         help="Set REPLICA IDENTITY FULL on tables with TOASTable columns."),
-    temporal_mode: str | None = typer.Option(
-        None, "--temporal-mode",
+    temporal_mode: str | None = option(
+        "--temporal-mode",
         help="logical (default: Avro date/time logical types) or plain (ints with connect.name "
              "annotations, which every Python consumer reads)"),
-    config: Path | None = typer.Option(None, "--config", help="YAML file of these settings."),
+    config_file: Path | None = options.Config,
 ) -> None:
     """Snapshot the source database, then stream its changes into Kafka, one topic per table."""
+    given = dict(locals())  # the flags: first, before anything else is bound here
     from capture.run import run_capture
-    from capture.settings import load_settings
 
-    names = [t.strip() for group in tables or [] for t in group.split(",") if t.strip()]
-    settings = load_settings(
-        postgres=postgres, slot=slot, broker=broker, schema_registry=schema_registry,
-        output_format=output_format, allow_unkeyed=allow_unkeyed or None,
-        topic_prefix=topic_prefix, on_error=on_error, skip_snapshot=skip_snapshot or None,
-        kafka_config=_props(kafka_config, "-C"), topic_config=_props(topic_config, "-T"),
-        tables=names, publication=publication, snapshot_workers=snapshot_workers,
-        snapshot_chunk_pages=snapshot_chunk_pages,
-        metrics_port=metrics_port, metrics_host=metrics_host,
-        heartbeat_interval=heartbeat_interval,
-        confirm_delay=confirm_delay,
-        transaction_topic=transaction_topic or None,
-        replica_identity_full=replica_identity_full or None, temporal_mode=temporal_mode,
-        config_file=config,
-    )
+    settings = load_settings(**given)
     stop = stop_on_signals()
     run_capture(settings, stop)
 

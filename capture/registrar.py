@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import logging
 
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from common.errors import BottlerError
 from common.redact import redact
+from common.registry import Registry, check_registry, registry_client, registry_url
 
 log = logging.getLogger(__name__)
 
@@ -18,19 +19,14 @@ class Registrar:
     """Registers schemas, once each; an incompatible change is registered anyway, with a warning
     (the table changed: refusing would stop the capture, not the change)."""
 
-    def __init__(self, url: str):
-        self.url = url
-        self.client = SchemaRegistryClient({"url": url})
+    def __init__(self, registry: Registry):
+        """``registry``: its URL, or the registry client's properties (url included)."""
+        self.registry = registry
+        self.client = registry_client(registry)
         self._ids: dict[tuple[str, str], int] = {}
 
     def check(self) -> None:
-        try:
-            self.client.get_subjects()
-        except Exception as exc:  # the client raises requests'/httpx's errors as they are
-            raise BottlerError(
-                f"the schema registry at {redact(self.url)} is unreachable: {redact(str(exc))}",
-                "check --schema-registry (BOTTLER_REGISTRY) and that the registry is up",
-            ) from None
+        check_registry(self.registry)
 
     def register(self, subject: str, schema: dict) -> int:
         text = json.dumps(schema, separators=(",", ":"))
@@ -46,7 +42,8 @@ class Registrar:
             schema_id = self._register_incompatible(subject, text, exc.error_message)
         except Exception as exc:
             raise BottlerError(
-                f"cannot register {subject} with the schema registry at {redact(self.url)}: "
+                f"cannot register {subject} with the schema registry at "
+                f"{registry_url(self.registry)}: "
                 f"{redact(str(exc))}",
                 "check that the registry is up; capture resumes where it stopped",
             ) from None

@@ -7,7 +7,6 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from capture import metrics, snapshot, source, state, topics
@@ -23,6 +22,7 @@ from capture.tables import Tables
 from capture.undo import Undo
 from common import gctune
 from common.errors import BottlerError
+from common.kafka import check_broker
 from common.redact import redact
 
 log = logging.getLogger(__name__)
@@ -46,9 +46,9 @@ def run_capture(settings: CaptureSettings, stop: threading.Event | None = None) 
 def _run(s: CaptureSettings, catalog, stop: threading.Event) -> None:
     # Every check runs before anything is created: the database, Kafka, the registry, the tables.
     source.preflight(catalog, s.slot)
-    admin = AdminClient({**s.kafka_config, "bootstrap.servers": s.broker,
-                         "log_level": 2})  # _check_broker reports failures, once
-    _check_broker(admin, s.broker)
+    # Kafka and the registry are checked before anything is created in the database.
+    check_broker(s.kafka)  # a wrong property fails here, in one line
+    admin = AdminClient({**s.kafka, "log_level": 2})
     registrar = Registrar(s.schema_registry) if s.output_format == "avro" else None
     if registrar:
         registrar.check()
@@ -226,13 +226,6 @@ def _slot_lsn(catalog, slot: str) -> int | None:
     if row is None:
         return None
     return str_to_lsn(row[0]) if row[0] else 0
-
-
-def _check_broker(admin: AdminClient, broker: str) -> None:
-    try:
-        admin.list_topics(timeout=10)
-    except KafkaException as exc:
-        raise topics.unreachable_broker(exc.args[0].str(), broker) from None
 
 
 def _policy(on_error: str):

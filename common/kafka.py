@@ -1,6 +1,77 @@
-"""Consumer settings every reader of a topic's backlog shares, and what a topic prefix may be."""
+"""Kafka connections (bootstrap servers alone, or every client property), the check every
+process makes before it starts, the consumer settings every reader of a backlog shares, and what
+a topic prefix may be."""
 
 import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from common.errors import BottlerError
+from common.redact import mask_properties
+
+# Where a process connects: the bootstrap servers, or librdkafka's properties (the settings'
+# `kafka`, bootstrap.servers included), given to every client the process makes.
+Connection = str | Mapping[str, str]
+
+
+def client_config(connection: Connection, **ours: Any) -> dict[str, Any]:
+    """A client's configuration: the connection's properties, then the client's own settings
+    (its group.id, isolation level...; they are what the client relies on)."""
+    base = ({"bootstrap.servers": connection} if isinstance(connection, str)
+            else dict(connection))
+    return {**base, **ours}
+
+
+def servers(connection: Connection) -> str:
+    """The bootstrap servers of a connection, fit to show."""
+    return connection if isinstance(connection, str) else connection.get("bootstrap.servers", "")
+
+
+def described(connection: Connection) -> str:
+    """The connection in one line for an error: the servers and the properties given (secret
+    ones masked), so that a wrong property is named where it fails."""
+    return servers(connection) + properties_shown(connection)
+
+
+def properties_shown(connection: Connection) -> str:
+    """` (with prop=value …)` for the properties besides bootstrap.servers, secrets masked."""
+    if isinstance(connection, str):
+        return ""
+    props = mask_properties({k: v for k, v in connection.items() if k != "bootstrap.servers"})
+    shown = " ".join(f"{k}={v}" for k, v in sorted(props.items()))
+    return f" (with {shown})" if shown else ""
+
+
+# librdkafka's errors that no retry mends: a wrong protocol, certificate or password.
+_HOPELESS = ("SSL", "SASL", "Authentication", "authentication", "handshake", "certificate",
+             "Unsupported", "Disconnected while requesting ApiVersion")
+
+
+def check_broker(connection: Connection, timeout: float = 10.0) -> None:
+    """Fail in one line, within seconds, when the broker cannot be used with the connection's
+    properties (a TLS or SASL setting the broker does not speak fails at its first answer);
+    librdkafka itself would retry, and log, for ever."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    errors: list[str] = []
+    admin = AdminClient(client_config(connection, log_level=0,
+                                      error_cb=lambda e: errors.append(e.str())))
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            admin.list_topics(timeout=1)
+            return
+        except KafkaException as exc:
+            reason = errors[-1] if errors else exc.args[0].str()
+        hopeless = any(word in reason for word in _HOPELESS)
+        if hopeless or time.monotonic() >= deadline:
+            raise BottlerError(
+                f"the Kafka broker at {servers(connection)} is unreachable"
+                f"{properties_shown(connection)}: {reason}",
+                "check --broker (BOTTLER_KAFKA) and the Kafka client properties (-C, "
+                "BOTTLER_KAFKA_CONFIG, the `kafka:` section of the --config file)")
 
 # librdkafka refuses a fetch response larger than receive.message.max.bytes (100 MB by
 # default) and asks again, for ever. Kafka keeps a response within fetch.max.bytes (50 MB by

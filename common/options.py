@@ -1,43 +1,52 @@
-"""The command-line options the materializers share (`bottler materialize postgres|search|
-warehouse`, `bottler reindex`, `bottler translate`), each written once so that a flag reads the
-same environment variable, has the same default and says the same thing in every command.
+"""The command-line options the commands share, each written once so that a flag has the same
+name, setting and help in every command, and the settings classes behind them (common/config.py
+reads them: flags > BOTTLER_* environment > YAML file > defaults).
 
-Constants are typer defaults to use as they are; the functions make the options whose default or
-help legitimately differ between commands. `serve_metrics` is what the commands do with one of
-them; --on-poison is checked by the core (materializers.core.poison.checked)."""
+Every option's default is None ("not given"): the setting's default lives in its settings class,
+and the help says it and names the variable. Constants are typer defaults to use as they are; the
+functions make the options whose default or help legitimately differ between commands.
+--on-poison is checked by the settings and by the core (materializers.core.poison.checked)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import typer
 
-from common.kafka import prefix_problem
-
-Broker = typer.Option("localhost:9092", "--broker", "-b", envvar="BOTTLER_KAFKA",
-                      help="Kafka bootstrap servers [env: BOTTLER_KAFKA]")
-SchemaRegistry = typer.Option("http://localhost:8081", "--schema-registry", "-r",
-                              envvar="BOTTLER_REGISTRY",
-                              help="Schema registry URL [env: BOTTLER_REGISTRY]")
-def _topic_prefix(value: str) -> str:
-    if problem := prefix_problem(value):
-        raise typer.BadParameter(f"{problem}, got {value!r}")
-    return value
+from common.config import KafkaSettings, RegistrySettings, TopicPrefixSettings
 
 
-TopicPrefix = typer.Option("", "--topic-prefix", "-p", envvar="BOTTLER_TOPIC_PREFIX",
-                           callback=_topic_prefix, help="The capture's --topic-prefix.")
-MetricsPort = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on this port.")
-# Loopback unless asked: metrics name tables and hosts, and nobody off the machine needs them
-# (a container, scraped over its network, passes 0.0.0.0).
+def option(*names: str, help: str, default: object = None, **kwargs):
+    """An option that is a setting: no typer default, so the environment and the file count."""
+    return typer.Option(default, *names, help=help, show_default=False, **kwargs)
+
+
+Config = option("--config", help="YAML file of settings; its keys are the settings' names "
+                "[env: BOTTLER_CONFIG]")
+Broker = option("--broker", "-b", help="Kafka bootstrap servers [default: localhost:9092] "
+                "[env: BOTTLER_KAFKA]")
+KafkaConfig = option("--kafka-config", "-C", metavar="PROP=VALUE",
+                     help="Kafka client property (librdkafka's, e.g. security.protocol=SASL_SSL), "
+                     "repeatable; secrets belong in BOTTLER_KAFKA_CONFIG or the file's `kafka:`")
+SchemaRegistry = option("--schema-registry", "-r", help="Schema registry URL "
+                        "[default: http://localhost:8081] [env: BOTTLER_REGISTRY]")
+RegistryConfig = option("--registry-config", "-R", metavar="PROP=VALUE",
+                        help="Schema registry client property (e.g. ssl.ca.location=FILE), "
+                        "repeatable; basic.auth.user.info belongs in BOTTLER_REGISTRY_CONFIG or "
+                        "the file's `schema_registry:`")
+TopicPrefix = option("--topic-prefix", "-p", help="The capture's --topic-prefix "
+                     "[env: BOTTLER_TOPIC_PREFIX]")
+MetricsPort = option("--metrics-port", help="Serve Prometheus metrics on this port "
+                     "[env: BOTTLER_METRICS_PORT]")
 METRICS_HOST = "127.0.0.1"
-MetricsHost = typer.Option(METRICS_HOST, "--metrics-host", envvar="BOTTLER_METRICS_HOST",
-                           help="Address the metrics are served on (0.0.0.0: every interface) "
-                           "[env: BOTTLER_METRICS_HOST]")
+MetricsHost = option("--metrics-host", help="Address the metrics are served on (0.0.0.0: every "
+                     "interface) [default: 127.0.0.1] [env: BOTTLER_METRICS_HOST]")
 
 
 def _topics(verb: str):
-    return typer.Option(None, "--topic", "--topics",
-                        help=f"Table topic to {verb} (repeatable) "
-                        "[default: every topic under the prefix]")
+    return option("--topic", "--topics",
+                  help=f"Table topic to {verb} (repeatable) [default: every topic under the "
+                  "prefix]")
 
 
 # constants, not calls in the signatures: a list default is what bugbear (B008) objects to
@@ -45,22 +54,29 @@ Topics = _topics("read")
 TopicsToIndex = _topics("index")
 
 
-def group_id(default: str | None, help: str):
-    return typer.Option(default, "--group-id", "-g", help=help)
+def group_id(default: str, help: str):
+    return option("--group-id", "-g", help=f"{help} [default: {default}]")
 
 
 def on_poison(detail: str = ""):
     """`--on-poison`; `detail` says what counts as poison for the command, when it is worth it."""
-    return typer.Option("dead-letter", "--on-poison",
-                        help="dead-letter (default) or stop" + (f": {detail}" if detail else ""))
+    return option("--on-poison",
+                  help="dead-letter (default) or stop" + (f": {detail}" if detail else ""))
 
 
 def batch_size(default: int = 5000, help: str = "Messages per batch."):
-    return typer.Option(default, "--batch-size", help=help)
+    return option("--batch-size", help=f"{help} [default: {default}]")
 
 
 def once(help: str = "Stop once caught up."):
-    return typer.Option(False, "--once", help=help)
+    return option("--once", help=help, default=False)
+
+
+class ViewSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings):
+    """What every materializer reads its topics with (`materialize *`, `reindex`, `translate`);
+    each command adds its own settings (topics, batch_size, once, metrics...)."""
+
+    on_poison: Literal["dead-letter", "stop"] = "dead-letter"
 
 
 def serve_metrics(port: int | None, host: str = METRICS_HOST) -> None:

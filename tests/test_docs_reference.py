@@ -11,8 +11,15 @@ from pathlib import Path
 import pytest
 import typer
 
-from bottler.cli import app
+from bottler.cli import LoadSettings, StackResetSettings, StackSettings, StackUpSettings, app
+from bottler.migrate.cli import MigrateStatusSettings, VerifySettings
+from bottler.status.cli import StatusSettings
 from capture.settings import CONFIG_ENV, CaptureSettings
+from materializers.postgres.cli import ReplicaSettings
+from materializers.search.cli import ReindexSettings, SearchSettings
+from materializers.translators.cli import TranslateSettings
+from materializers.warehouse.cli import WarehouseSettings
+from schemas.registry.settings import ServeSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "configuration.md"
@@ -93,6 +100,48 @@ def test_every_capture_setting_is_documented_as_variable_and_yaml_key() -> None:
     if f"`{CONFIG_ENV}`" not in section:
         missing.append(CONFIG_ENV)
     assert not missing, f"the capture's section does not name {missing}"
+
+
+# The settings class of every command on the one configuration system.
+SETTINGS = {
+    "bottler capture": CaptureSettings, "bottler materialize postgres": ReplicaSettings,
+    "bottler materialize search": SearchSettings, "bottler reindex": ReindexSettings,
+    "bottler materialize warehouse": WarehouseSettings, "bottler translate": TranslateSettings,
+    "bottler status": StatusSettings, "bottler migrate status": MigrateStatusSettings,
+    "bottler migrate verify": VerifySettings, "bottler registry serve": ServeSettings,
+    "bottler demo load": LoadSettings, "bottler stack up": StackUpSettings,
+    "bottler stack down": StackSettings, "bottler stack status": StackSettings,
+    "bottler stack reset": StackResetSettings,
+}
+# Keys not spelled like a flag of the command (the flag's long name with _ for -).
+NOT_FLAGS = {"kafka": "--kafka-config", "schema_registry": "--schema-registry"}
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_every_setting_is_a_flag_or_a_documented_key(name: str) -> None:
+    """Each setting of the command is reachable: a flag whose name gives its key (documented by
+    the rule), or a key its section names; and the command takes --config."""
+    command, section = COMMANDS[name], sections()[name]
+    flags = {opt for param in command.params for opt in param.opts}
+    assert "--config" in flags, f"`{name}` has no --config"
+    missing = []
+    for field, info in SETTINGS[name].model_fields.items():
+        if info.exclude:
+            continue
+        flag = NOT_FLAGS.get(field, "--" + field.replace("_", "-"))
+        if flag not in flags and f"`{field}`" not in section:
+            missing.append(field)
+    assert not missing, f"`{name}`: settings neither a flag nor named in its section: {missing}"
+
+
+def test_the_commands_with_clients_take_client_properties() -> None:
+    """Kafka client properties wherever Kafka is read, registry ones wherever schemas are."""
+    for name, cls in SETTINGS.items():
+        flags = {opt for param in COMMANDS[name].params for opt in param.opts}
+        if "kafka" in cls.model_fields:
+            assert {"-C", "--kafka-config"} <= flags, name
+        if "schema_registry" in cls.model_fields:
+            assert {"-R", "--registry-config"} <= flags, name
 
 
 def test_every_variable_the_code_reads_is_documented() -> None:

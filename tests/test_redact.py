@@ -32,3 +32,18 @@ def test_log_records_are_redacted(caplog):
         logger.info("connecting to %s", "postgresql://u:topsecret@h/db")
     assert "topsecret" not in caplog.text
     assert "postgresql://u:***@h/db" in caplog.text
+
+
+def test_secret_client_properties_on_the_command_line_draw_a_warning():
+    from common.redact import mask_properties, passwords_on_command_line
+
+    warnings = passwords_on_command_line(
+        ["materialize", "postgres", "-C", "sasl.password=s3cr3t", "-C", "linger.ms=5",
+         "--registry-config=basic.auth.user.info=u:pw", "-r", "http://u:pw@registry:8081"])
+    assert len(warnings) == 3
+    assert "BOTTLER_KAFKA_CONFIG" in warnings[0] and "BOTTLER_REGISTRY_CONFIG" in warnings[1]
+    assert "BOTTLER_REGISTRY" in warnings[2]
+    assert not any("s3cr3t" in w or "u:pw" in w for w in warnings)
+    assert mask_properties({"sasl.password": "x", "basic.auth.user.info": "u:p",
+                            "sasl.username": "u"}) == {
+        "sasl.password": "***", "basic.auth.user.info": "***", "sasl.username": "u"}

@@ -9,40 +9,57 @@ import time
 from pathlib import Path
 
 import typer
+from pydantic import Field, field_validator
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from bottler.migrate.status import DEFAULT_GROUP, StatusReport
 from bottler.migrate.verify import VerifyReport
-from common.errors import BottlerError
+from common import options
+from common.config import KafkaSettings, Settings, TopicPrefixSettings, env, load
+from common.options import option
 
 migrate_app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 
 out = Console() if sys.stdout.isatty() else Console(width=120)
 err = Console(stderr=True, soft_wrap=True)
 
-SourceOption = typer.Option(
-    None, "--source", "-s", envvar="BOTTLER_PG_DSN", show_envvar=True, show_default=False,
-    help="Source database DSN.")
-TargetOption = typer.Option(
-    None, "--target", "-t", envvar="BOTTLER_TARGET_DSN", show_envvar=True, show_default=False,
-    help="Target (replica) database DSN.")
-TablesOption = typer.Option(
-    None, "--tables", help="Only this table (schema.table, or table in public); repeatable.")
+SourceOption = option("--source", "-s", help="Source database DSN [env: BOTTLER_PG_DSN]")
+TargetOption = option("--target", "-t", help="Target (replica) database DSN "
+                      "[env: BOTTLER_TARGET_DSN]")
+TablesOption = option("--tables", help="Only this table (schema.table, or table in public); "
+                      "repeatable.")
 
 
-def _required(value: str | None, flag: str, env: str) -> str:
-    if not value:
-        raise BottlerError(f"no {flag.lstrip('-')} database: pass {flag} DSN or set {env}")
-    return value
+class MigrateSettings(Settings):
+    """What every `bottler migrate` command reads: the two databases, the tables."""
+
+    source: str = Field(validation_alias=env("BOTTLER_PG_DSN"))
+    target: str = Field(validation_alias=env("BOTTLER_TARGET_DSN"))
+    tables: list[str] = []
+
+    @field_validator("tables", mode="before")
+    @classmethod
+    def _tables(cls, value):
+        return _comma_separated(value)
 
 
-def _tables(tables: list[str] | None) -> list[str] | None:
-    # Accept both `--tables a --tables b` and `--tables a,b`.
-    if not tables:
-        return None
-    return [t.strip() for item in tables for t in item.split(",") if t.strip()]
+def _comma_separated(value) -> list[str]:
+    """Both `--flag a --flag b` and `--flag a,b`."""
+    if isinstance(value, str):
+        value = [value]
+    return [t.strip() for item in value or [] for t in str(item).split(",") if t.strip()]
+
+
+class VerifySettings(MigrateSettings):
+    max_keys: int = Field(20, ge=0)
+    chunk_rows: int = Field(100_000, ge=1)
+
+
+class MigrateStatusSettings(MigrateSettings, KafkaSettings, TopicPrefixSettings):
+    group_id: str = DEFAULT_GROUP
+    exact: bool = False
 
 
 @migrate_app.command("verify")
@@ -50,20 +67,21 @@ def verify_cmd(
     source: str | None = SourceOption,
     target: str | None = TargetOption,
     tables: list[str] | None = TablesOption,
-    max_keys: int = typer.Option(20, "--max-keys", min=0,
-                                 help="List at most this many differing keys per table."),
-    chunk_rows: int = typer.Option(100_000, "--chunk-rows", min=1,
-                                   help="Rows per primary-key range compared at once."),
+    max_keys: int | None = option("--max-keys", help="List at most this many differing keys "
+                                  "per table [default: 20]"),
+    chunk_rows: int | None = option("--chunk-rows", help="Rows per primary-key range compared "
+                                    "at once [default: 100000]"),
+    config: Path | None = options.Config,
 ) -> None:
     """Compare source and target: row counts, checksums, differing keys.
 
     Exit 0 when every table is identical, 1 when anything differs, 2 on errors."""
+    s = load(VerifySettings, locals())
     from bottler.migrate.verify import verify
 
     started = time.monotonic()
-    report = verify(_required(source, "--source", "BOTTLER_PG_DSN"),
-                    _required(target, "--target", "BOTTLER_TARGET_DSN"),
-                    _tables(tables), max_keys=max_keys, chunk_rows=chunk_rows)
+    report = verify(s.source, s.target, s.tables or None, max_keys=s.max_keys,
+                    chunk_rows=s.chunk_rows)
     print_verify(report, time.monotonic() - started)
     raise typer.Exit(0 if report.identical else 1)
 
@@ -118,25 +136,29 @@ def print_verify(report: VerifyReport, seconds: float) -> None:
 def status_cmd(
     source: str | None = SourceOption,
     target: str | None = TargetOption,
-    broker: str = typer.Option("localhost:9092", "--broker", "-b", envvar="BOTTLER_KAFKA",
-                               show_envvar=True, help="Kafka bootstrap servers."),
-    prefix: str = typer.Option("", "--prefix", "-p", envvar="BOTTLER_TOPIC_PREFIX",
-                               show_envvar=True, help="The capture's topic prefix."),
-    group: str = typer.Option(DEFAULT_GROUP, "--group", "-g",
-                              help="The replica's consumer group (its rows in bottler.offsets)."),
+    broker: str | None = options.Broker,
+    kafka_config: list[str] | None = options.KafkaConfig,
+    topic_prefix: str | None = option("--topic-prefix", "--prefix", "-p",
+                                      help="The capture's topic prefix "
+                                      "[env: BOTTLER_TOPIC_PREFIX]"),
+    group_id: str | None = option("--group-id", "--group", "-g",
+                                  help="The replica's consumer group (its rows in "
+                                  f"bottler.offsets) [default: {DEFAULT_GROUP}]"),
     tables: list[str] | None = TablesOption,
-    exact: bool = typer.Option(False, "--exact",
-                               help="Count rows exactly (count(*)) instead of estimating."),
+    exact: bool = option("--exact", default=False,
+                         help="Count rows exactly (count(*)) instead of estimating."),
+    config: Path | None = options.Config,
 ) -> None:
     """Per table: row counts and the replica's lag in messages; caught up or not.
 
     The lag is the table topic's end offsets minus the offsets the replica stored with its data
     in bottler.offsets (for --group)."""
+    s = load(MigrateStatusSettings, locals())
     from bottler.migrate.status import status
 
-    report = status(_required(source, "--source", "BOTTLER_PG_DSN"),
-                    _required(target, "--target", "BOTTLER_TARGET_DSN"),
-                    broker, prefix, group, _tables(tables), exact)
+    s.check_clients()
+    report = status(s.source, s.target, s.kafka, s.topic_prefix, s.group_id, s.tables or None,
+                    s.exact)
     print_status(report)
 
 
@@ -176,55 +198,75 @@ def print_status(report: StatusReport) -> None:
     out.print(f"total lag: {report.lag:,} messages; caught up: {verdict}", highlight=False)
 
 
+class CutoverSettings(MigrateSettings, KafkaSettings, TopicPrefixSettings):
+    group_id: str = DEFAULT_GROUP
+    slot: str = "bottler"
+    dry_run: bool = False
+    report: Path | None = None
+    sequence_margin: int = Field(0, ge=0)
+    fence_roles: list[str] = []
+    max_lag: int = Field(1000, ge=0)
+    fence_timeout: float = Field(300.0, ge=1)
+    replica_timeout: float = Field(300.0, ge=0)
+    max_keys: int = Field(20, ge=0)
+
+    @field_validator("fence_roles", mode="before")
+    @classmethod
+    def _roles(cls, value):
+        return _comma_separated(value)
+
+
 @migrate_app.command("cutover")
 def cutover_cmd(
     source: str | None = SourceOption,
     target: str | None = TargetOption,
-    broker: str = typer.Option("localhost:9092", "--broker", "-b", envvar="BOTTLER_KAFKA",
-                               show_envvar=True, help="Kafka bootstrap servers."),
-    prefix: str = typer.Option("", "--prefix", "-p", envvar="BOTTLER_TOPIC_PREFIX",
-                               show_envvar=True, help="The capture's topic prefix."),
-    group: str = typer.Option(DEFAULT_GROUP, "--group", "-g",
-                              help="The replica's consumer group (its rows in bottler.offsets)."),
-    slot: str = typer.Option("bottler", "--slot", envvar="BOTTLER_SLOT", show_envvar=True,
-                             help="The capture's replication slot."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Check the preconditions only."),
-    report: Path | None = typer.Option(
-        None, "--report", help="Write the report here (Markdown) and beside it as .json."),
-    sequence_margin: int = typer.Option(
-        0, "--sequence-margin", min=0, help="Set each sequence this far past the source's."),
-    fence_roles: list[str] | None = typer.Option(
-        None, "--fence-roles", help="Roles whose sessions on the source are ended and whose "
+    broker: str | None = options.Broker,
+    kafka_config: list[str] | None = options.KafkaConfig,
+    topic_prefix: str | None = option("--topic-prefix", "--prefix", "-p",
+                                      help="The capture's topic prefix "
+                                      "[env: BOTTLER_TOPIC_PREFIX]"),
+    group_id: str | None = option("--group-id", "--group", "-g",
+                                  help="The replica's consumer group (its rows in "
+                                  f"bottler.offsets) [default: {DEFAULT_GROUP}]"),
+    slot: str | None = option("--slot", help="The capture's replication slot "
+                              "[default: bottler] [env: BOTTLER_SLOT]"),
+    dry_run: bool = option("--dry-run", default=False, help="Check the preconditions only."),
+    report: Path | None = option(
+        "--report", help="Write the report here (Markdown) and beside it as .json."),
+    sequence_margin: int | None = option(
+        "--sequence-margin", help="Set each sequence this far past the source's [default: 0]"),
+    fence_roles: list[str] | None = option(
+        "--fence-roles", help="Roles whose sessions on the source are ended and whose "
         "connection limit is set to 0 for the cutover (restored on no-go); comma-separated."),
-    max_lag: int = typer.Option(1000, "--max-lag", min=0,
-                                help="Messages the replica may be behind before the fence."),
-    fence_timeout: float = typer.Option(
-        300, "--fence-timeout", min=1, help="Seconds to wait for the capture and the replica "
-        "to pass the fence."),
-    replica_timeout: float = typer.Option(
-        300, "--replica-timeout", min=0,
-        help="Seconds to wait for the replica to stop before the schema changes."),
-    max_keys: int = typer.Option(20, "--max-keys", min=0,
-                                 help="List at most this many differing keys per table."),
+    max_lag: int | None = option("--max-lag", help="Messages the replica may be behind before "
+                                 "the fence [default: 1000]"),
+    fence_timeout: float | None = option(
+        "--fence-timeout", help="Seconds to wait for the capture and the replica to pass the "
+        "fence [default: 300]"),
+    replica_timeout: float | None = option(
+        "--replica-timeout",
+        help="Seconds to wait for the replica to stop before the schema changes [default: 300]"),
+    max_keys: int | None = option("--max-keys", help="List at most this many differing keys "
+                                  "per table [default: 20]"),
+    config: Path | None = options.Config,
 ) -> None:
     """From "writes stopped" to "go" or "no-go": preconditions, fence, verify, sequences,
     post-data, report (docs/migration.md).
 
     Exit 0 on go (or a dry run whose preconditions pass), 1 on no-go, 2 on errors."""
+    s = load(CutoverSettings, locals())
     from bottler.migrate import cutover, cutover_report
 
-    options = cutover.Options(
-        _required(source, "--source", "BOTTLER_PG_DSN"),
-        _required(target, "--target", "BOTTLER_TARGET_DSN"),
-        broker, prefix, group, slot, dry_run, sequence_margin, _tables(fence_roles) or [],
-        max_lag=max_lag, fence_timeout=fence_timeout, replica_stop_timeout=replica_timeout,
-        max_keys=max_keys)
-    result = cutover.run(options, say=lambda line: out.print(line, highlight=False,
-                                                             markup=False))
+    s.check_clients()
+    plan = cutover.Options(
+        s.source, s.target, s.kafka, s.topic_prefix, s.group_id, s.slot, s.dry_run,
+        s.sequence_margin, s.fence_roles, max_lag=s.max_lag, fence_timeout=s.fence_timeout,
+        replica_stop_timeout=s.replica_timeout, max_keys=s.max_keys)
+    result = cutover.run(plan, say=lambda line: out.print(line, highlight=False, markup=False))
     if result.downtime is not None:
         out.print(f"write downtime (fence to go): {result.downtime:.1f}s", highlight=False)
-    if report is not None:
-        written = cutover_report.write(result, report)
+    if s.report is not None:
+        written = cutover_report.write(result, s.report)
         out.print("report: " + ", ".join(str(p) for p in written), highlight=False)
     good = result.verdict in (cutover.GO, cutover.READY)
     reasons = f": {'; '.join(result.reasons)}" if result.reasons else ""

@@ -30,6 +30,7 @@ from bottler.migrate.catalog import table_info, user_tables
 from bottler.migrate.status import status
 from bottler.migrate.verify import VerifyReport, verify
 from common.errors import BottlerError
+from common.kafka import Connection
 from common.pg import connect
 from common.redact import redact
 from materializers.postgres.sink import APPLICATION_NAME as REPLICA_APPLICATION_NAME
@@ -42,7 +43,7 @@ GO, NO_GO, READY, NOT_READY = "go", "no-go", "ready (dry run)", "not ready (dry 
 class Options:
     source: str
     target: str
-    broker: str
+    broker: Connection  # bootstrap servers, or the Kafka client properties
     prefix: str = ""
     group: str = "bottler-postgres"
     slot: str = "bottler"

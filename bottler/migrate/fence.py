@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
-from bottler.migrate.status import _watermarks
+from bottler.migrate.status import watermarks
 from common.errors import BottlerError
+from common.kafka import Connection
 from common.pg import connect
 from common.redact import redact
 from materializers.postgres.sink import PostgresSink
@@ -156,10 +157,10 @@ def wait_published(conn: psycopg.Connection, slot: str, lsn: int, timeout: float
                "(bottler slot status)")
 
 
-def end_positions(broker: str, topics: set[str]) -> tuple[Positions, Positions]:
+def end_positions(broker: Connection, topics: set[str]) -> tuple[Positions, Positions]:
     """(end offsets, start offsets) of every partition of those ``topics`` that exist."""
     ends, starts = {}, {}
-    for topic, marks in _watermarks(broker, topics).items():
+    for topic, marks in watermarks(broker, topics).items():
         for partition, (low, high) in marks.items():
             ends[(topic, partition)] = high
             starts[(topic, partition)] = low

@@ -18,6 +18,7 @@ from psycopg import sql
 
 from bottler.migrate.catalog import parse_table, user_tables
 from common.errors import BottlerError
+from common.kafka import Connection, client_config, servers
 from common.pg import connect
 from common.redact import redact
 from materializers.postgres.sink import PostgresSink
@@ -91,9 +92,9 @@ def _partitioned(conn: psycopg.Connection, schema: str, table: str) -> bool:
            where n.nspname = %s and c.relname = %s""", (schema, table)).fetchone()[0]
 
 
-def _watermarks(broker: str, topics: set[str]) -> dict[str, dict[int, tuple[int, int]]]:
+def watermarks(broker: Connection, topics: set[str]) -> dict[str, dict[int, tuple[int, int]]]:
     """topic -> partition -> (low, high) for each of ``topics`` that exists."""
-    consumer = Consumer({"bootstrap.servers": broker, "group.id": f"bottler-status-{uuid.uuid4()}",
+    consumer = Consumer({**client_config(broker), "group.id": f"bottler-status-{uuid.uuid4()}",
                          "enable.auto.commit": False, "socket.timeout.ms": 10000,
                          "log_level": 0})  # unreachable brokers: one error, not a log per retry
     try:
@@ -107,7 +108,7 @@ def _watermarks(broker: str, topics: set[str]) -> dict[str, dict[int, tuple[int,
             }
         return found
     except KafkaException as exc:
-        raise BottlerError(f"cannot read topic offsets from the Kafka brokers {broker}: "
+        raise BottlerError(f"cannot read topic offsets from the Kafka brokers {servers(broker)}: "
                            f"{redact(exc.args[0].str())}",
                            "check --broker and that Kafka is up") from None
     finally:
@@ -123,7 +124,7 @@ def _lag(item: TableStatus, marks: dict[int, tuple[int, int]] | None) -> None:
                    for p, (low, high) in marks.items())
 
 
-def status(source_dsn: str, target_dsn: str, broker: str, prefix: str = "",
+def status(source_dsn: str, target_dsn: str, broker: Connection, prefix: str = "",
            group: str = DEFAULT_GROUP, tables: list[str] | None = None,
            exact: bool = False) -> StatusReport:
     with connect(source_dsn, autocommit=True) as src, connect(target_dsn, autocommit=True) as dst:
@@ -142,7 +143,7 @@ def status(source_dsn: str, target_dsn: str, broker: str, prefix: str = "",
                                ) from None
     by_topic = {item.topic: item for item in items}
     truncates = with_prefix(prefix, TRUNCATE)  # the control topic the replica reads too
-    marks = _watermarks(broker, set(by_topic) | {truncates})
+    marks = watermarks(broker, set(by_topic) | {truncates})
     try:
         stored = PostgresSink.stored(target_dsn, group, [
             (topic, p) for topic, partitions in marks.items() for p in partitions])

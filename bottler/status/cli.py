@@ -2,55 +2,73 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import typer
+from pydantic import Field, field_validator
 from rich.console import Console
 
 from bottler.status.view import render
 from bottler.status.watch import Target, Watcher, has_stack, stack_target
+from common import options
+from common.config import KafkaSettings, env, load
 from common.errors import BottlerError
+from common.options import option
 
-ENV = ("BOTTLER_PG_DSN", "BOTTLER_KAFKA", "BOTTLER_METRICS")  # the endpoints without a stack
+
+class StatusSettings(KafkaSettings):
+    dir: Path = Field(Path(".stack"), validation_alias=env("BOTTLER_STACK_DIR"))
+    postgres: str | None = Field(None, validation_alias=env("BOTTLER_PG_DSN"))
+    metrics: list[str] = []
+    once: bool = False
+    interval: float = Field(2.0, ge=0.2)
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _metrics(cls, value):
+        return value.split() if isinstance(value, str) else value  # BOTTLER_METRICS: spaces
 
 
 def status(
-    root: Path = typer.Option(Path(".stack"), "--dir", envvar="BOTTLER_STACK_DIR",
-                              help="The embedded stack to watch (what `make up` started)."),
-    postgres: str | None = typer.Option(
-        None, "--postgres", "-d", show_default=False,
-        help="Source database DSN, for a deployment other than the stack "
-        "[default: $BOTTLER_PG_DSN]"),
-    broker: str | None = typer.Option(
-        None, "--broker", "-b", show_default=False,
-        help="Kafka bootstrap servers, idem [default: $BOTTLER_KAFKA]"),
-    metrics: list[str] | None = typer.Option(
-        None, "--metrics", "-m", show_default=False,
-        help="An app's Prometheus endpoint, as name=URL or URL (repeatable) "
-        "[default: $BOTTLER_METRICS, space-separated]"),
-    once: bool = typer.Option(False, "--once",
-                              help="Print one snapshot and exit (also when not on a terminal); "
-                              "exits 1 when something is down."),
-    interval: float = typer.Option(2.0, "--interval", min=0.2, help="Seconds between refreshes."),
+    dir: Path | None = option("--dir", help="The embedded stack to watch (what `make up` "
+                              "started) [default: .stack] [env: BOTTLER_STACK_DIR]"),
+    postgres: str | None = option(
+        "--postgres", "-d", help="Source database DSN, for a deployment other than the stack "
+        "[env: BOTTLER_PG_DSN]"),
+    broker: str | None = option(
+        "--broker", "-b", help="Kafka bootstrap servers, idem [env: BOTTLER_KAFKA]"),
+    kafka_config: list[str] | None = options.KafkaConfig,
+    metrics: list[str] | None = option(
+        "--metrics", "-m", help="An app's Prometheus endpoint, as name=URL or URL (repeatable) "
+        "[env: BOTTLER_METRICS, space-separated]"),
+    once: bool = option("--once", default=False,
+                        help="Print one snapshot and exit (also when not on a terminal); "
+                        "exits 1 when something is down."),
+    interval: float | None = option("--interval", help="Seconds between refreshes "
+                                    "[default: 2]"),
+    config: Path | None = options.Config,
 ) -> None:
     """One live view of the replication slot, the topics and every process's lag and state."""
-    if postgres or broker or metrics or (not has_stack(root) and any(map(os.getenv, ENV))):
-        target = explicit_target(postgres, broker, metrics or [])
+    s = load(StatusSettings, locals())
+    # Endpoints on the command line are watched; from the environment or the file, when there
+    # is no stack to watch.
+    given = s.model_fields_set & {"postgres", "kafka", "metrics"}
+    if postgres or broker or metrics or (given and not has_stack(s.dir)):
+        target = explicit_target(s)
     else:
-        target = stack_target(root)
+        target = stack_target(s.dir)
     watcher = Watcher(target)
     try:
-        if once or not sys.stdout.isatty():
+        if s.once or not sys.stdout.isatty():
             snap = watcher.snapshot()
             Console(width=160).print(render(snap))  # piped: wide enough for a table row
             if not snap.healthy:
                 raise typer.Exit(1)
         else:
-            live(watcher, interval)
+            live(watcher, s.interval)
     finally:
         watcher.close()
 
@@ -67,14 +85,10 @@ def live(watcher: Watcher, interval: float) -> None:
         pass  # Ctrl-C is how the view ends
 
 
-def explicit_target(postgres: str | None, broker: str | None, metrics: list[str]) -> Target:
-    """Endpoints given by hand (Docker, Kubernetes...); a missing one comes from the
-    environment, as for the other commands."""
-    postgres = postgres or os.environ.get("BOTTLER_PG_DSN")
-    broker = broker or os.environ.get("BOTTLER_KAFKA")
-    metrics = metrics or os.environ.get("BOTTLER_METRICS", "").split()
+def explicit_target(s: StatusSettings) -> Target:
+    """Endpoints given by hand (Docker, Kubernetes...)."""
     apps: dict[str, str] = {}
-    for item in metrics:
+    for item in s.metrics:
         name, sep, url = item.partition("=")
         if not sep or "://" in name:  # the URL alone
             name, url = "", item
@@ -82,4 +96,5 @@ def explicit_target(postgres: str | None, broker: str | None, metrics: list[str]
             raise BottlerError(f"metrics endpoint {item!r} is not an http(s) URL",
                                "give name=http://host:port/metrics, or the URL alone")
         apps[name or urlsplit(url).netloc] = url
-    return Target("given endpoints", postgres, broker, apps)
+    broker = s.kafka if "kafka" in s.model_fields_set else None
+    return Target("given endpoints", s.postgres, broker, apps)

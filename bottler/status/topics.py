@@ -6,6 +6,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from bottler.status.figures import Topic, Unavailable
+from common.kafka import Connection, client_config, described
 
 # The broker's own topics and the schema registry's: not the appliance's business.
 HIDDEN_PREFIXES = ("__", "_schemas")
@@ -15,11 +16,13 @@ class TopicReader:
     """Lists every topic and sums its partitions' high watermarks. Topics are listed, never
     asked for by name: some brokers create a topic whose metadata is requested."""
 
-    def __init__(self, bootstrap: str, timeout: float = 3.0):
+    def __init__(self, bootstrap: Connection, timeout: float = 3.0):
         self.bootstrap = bootstrap
         self.timeout = timeout
         # log_level 0: librdkafka's reconnect messages would scroll through the live view.
-        self._admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+        self._errors: list[str] = []  # the client's own, more telling than a timeout
+        self._admin = AdminClient({**client_config(bootstrap), "log_level": 0,
+                                   "error_cb": lambda e: self._errors.append(e.str())})
 
     def read(self) -> list[Topic]:
         try:
@@ -35,6 +38,9 @@ class TopicReader:
                     messages[tp.topic] += max(future.result().offset, 0)
         except KafkaException as exc:
             reason = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else exc
-            raise Unavailable(f"Kafka at {self.bootstrap}: {reason}") from None
+            if self._errors:
+                reason = self._errors[-1]
+                self._errors.clear()
+            raise Unavailable(f"Kafka at {described(self.bootstrap)}: {reason}") from None
         return [Topic(name, len(shown[name].partitions), messages[name])
                 for name in sorted(shown)]

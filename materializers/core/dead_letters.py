@@ -6,6 +6,8 @@ from __future__ import annotations
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from common.kafka import Connection, client_config
+
 CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1"}  # kept until someone replays it
 
 
@@ -22,9 +24,9 @@ def headers(topic: str, partition: int, offset: int, reason: str, error: str,
     ]
 
 
-def ensure_topic(bootstrap: str, topic: str) -> None:
+def ensure_topic(bootstrap: Connection, topic: str) -> None:
     """Create the dead-letter topic unless it exists (one created meanwhile is fine)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(client_config(bootstrap))
     if topic in admin.list_topics(timeout=10).topics:
         return
     new = NewTopic(topic, num_partitions=1, config=CONFIG)
@@ -36,7 +38,7 @@ def ensure_topic(bootstrap: str, topic: str) -> None:
                 raise
 
 
-def producer(bootstrap: str, topic: str) -> Producer:
+def producer(bootstrap: Connection, topic: str) -> Producer:
     """An idempotent producer for the dead-letter ``topic``, created first if missing."""
     ensure_topic(bootstrap, topic)
-    return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    return Producer({**client_config(bootstrap), "enable.idempotence": True})

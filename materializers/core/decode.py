@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import fastavro
-from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from common.registry import Registry, registry_client
 from materializers.core.changes import TableId
 from schemas.avro_reader import Reader, compile_reader
 from schemas.avro_schema import without_logical_types
@@ -50,10 +50,8 @@ class WriterSchema:
 class Decoder:
     """Decodes message keys and values. Schemas are fetched once per id and kept."""
 
-    def __init__(self, registry: str | SchemaRegistryClient):
-        self.registry = (
-            SchemaRegistryClient({"url": registry}) if isinstance(registry, str) else registry
-        )
+    def __init__(self, registry: Registry):
+        self.registry = registry_client(registry)
         self._schemas: dict[int, WriterSchema] = {}
 
     def schema(self, schema_id: int) -> WriterSchema:

@@ -28,10 +28,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from common import gctune
-from common.kafka import BACKLOG_READER
+from common.kafka import BACKLOG_READER, Connection, client_config
+from common.registry import Registry
 from materializers.core import metrics, poison, positions, watermarks
 from materializers.core.changes import Change, TableId, TopicPartition, table_of
 from materializers.core.decode import DecodeError, Decoder
@@ -71,8 +71,8 @@ class Materializer:
         self,
         sink: Sink,
         *,
-        bootstrap: str,
-        registry: str | SchemaRegistryClient,
+        bootstrap: Connection,
+        registry: Registry,
         group_id: str,
         topics: Sequence[str] | None = None,
         prefix: str = "",
@@ -107,7 +107,7 @@ class Materializer:
         self.topics = list(topics) if topics is not None else None
         self.is_table_topic = table_topics(prefix, self.topics, pattern)
         self._consumer_config = {
-            "bootstrap.servers": bootstrap,
+            **client_config(bootstrap),
             "group.id": group_id,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",

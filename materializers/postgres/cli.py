@@ -2,47 +2,63 @@
 
 from __future__ import annotations
 
-import typer
+from pathlib import Path
+
+from pydantic import Field
 
 from common import gctune, options
+from common.config import MetricsSettings, env, load
+from common.options import option
 from common.signals import stop_on_signals
 
 
+class ReplicaSettings(options.ViewSettings, MetricsSettings):
+    target: str = Field(validation_alias=env("BOTTLER_TARGET_DSN"))
+    topics: list[str] = []
+    batch_size: int = Field(5000, ge=1)
+    once: bool = False
+    group_id: str = "bottler-postgres"
+    adopt_existing: bool = False
+
+
 def materialize_postgres(
-    target: str = typer.Option(..., "--target", "-t", envvar="BOTTLER_TARGET_DSN",
-                               help="Target database DSN [env: BOTTLER_TARGET_DSN]",
-                               show_default=False),
-    broker: str = options.Broker,
-    schema_registry: str = options.SchemaRegistry,
-    topic_prefix: str = options.TopicPrefix,
+    target: str | None = option("--target", "-t", help="Target database DSN "
+                                "[env: BOTTLER_TARGET_DSN]"),
+    broker: str | None = options.Broker,
+    kafka_config: list[str] | None = options.KafkaConfig,
+    schema_registry: str | None = options.SchemaRegistry,
+    registry_config: list[str] | None = options.RegistryConfig,
+    topic_prefix: str | None = options.TopicPrefix,
     topics: list[str] | None = options.Topics,
-    group_id: str = options.group_id("bottler-postgres",
-                                     "Consumer group; also the key of the stored offsets."),
-    on_poison: str = options.on_poison(),
-    batch_size: int = options.batch_size(),
+    group_id: str | None = options.group_id("bottler-postgres",
+                                            "Consumer group; also the key of the stored offsets."),
+    on_poison: str | None = options.on_poison(),
+    batch_size: int | None = options.batch_size(),
     once: bool = options.once(),
-    adopt_existing: bool = typer.Option(
-        False, "--adopt-existing",
+    adopt_existing: bool = option(
+        "--adopt-existing", default=False,
         help="Write into target tables that already hold rows the replica did not write "
         "(rows with the source's keys are overwritten; other rows and columns are kept)."),
     metrics_port: int | None = options.MetricsPort,
-    metrics_host: str = options.MetricsHost,
+    metrics_host: str | None = options.MetricsHost,
+    config: Path | None = options.Config,
 ) -> None:
     """Keep a replica of the captured tables in the target database (no foreign keys)."""
-    from materializers.core import Materializer, poison
+    s = load(ReplicaSettings, locals())
+    from materializers.core import Materializer
     from materializers.postgres.sink import PostgresSink
 
-    poison.checked(on_poison)
-    options.serve_metrics(metrics_port, metrics_host)
-    sink = PostgresSink(target, group_id, adopt_existing=adopt_existing)
+    s.check_clients()
+    options.serve_metrics(s.metrics_port, s.metrics_host)
+    sink = PostgresSink(s.target, s.group_id, adopt_existing=s.adopt_existing)
     gctune.tune()
     try:
         materializer = Materializer(
-            sink, bootstrap=broker, registry=schema_registry, group_id=group_id,
-            topics=topics or None, prefix=topic_prefix, on_poison=on_poison,  # type: ignore[arg-type]
-            batch_size=batch_size,
+            sink, bootstrap=s.kafka, registry=s.schema_registry, group_id=s.group_id,
+            topics=s.topics or None, prefix=s.topic_prefix, on_poison=s.on_poison,
+            batch_size=s.batch_size,
         )
-        if once:
+        if s.once:
             materializer.run_until_caught_up()
             return
         stop = stop_on_signals()

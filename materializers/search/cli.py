@@ -5,66 +5,97 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from pydantic import Field
 
 from common import options
+from common.config import MetricsSettings, load
 from common.errors import BottlerError
+from common.kafka import check_broker
+from common.options import option
 from common.signals import stop_on_signals
 
 INDEX_HELP = "The alias searches use; bottler writes its physical indices NAME-1, NAME-2…"
 
 
-def _reader_options(broker, schema_registry, topic_prefix, topics, mapping, transform,
-                    on_poison, batch_size):
-    from materializers.core import poison
+class ReaderSettings(options.ViewSettings):
+    """What `materialize search` and `reindex` share."""
+
+    search: str = "http://localhost:9200"
+    topics: list[str] = []
+    batch_size: int = Field(5000, ge=1)
+    mapping: Path | None = None
+    transform: str | None = None
+
+
+class SearchSettings(ReaderSettings, MetricsSettings):
+    index: str | None = None  # the alias: required (a setting, so the file may give it)
+    once: bool = False
+
+
+class ReindexSettings(ReaderSettings):
+    max_lag: int = Field(100, ge=0)
+    retention: float = Field(0.0, ge=0)
+    keep_old: bool = False
+    handover_timeout: float = Field(30.0, gt=0)
+    timeout: float | None = Field(None, gt=0)
+
+
+def _reader_options(s: ReaderSettings):
     from materializers.search.documents import load_transform
     from materializers.search.indices import load_definition
     from materializers.search.reader import ReaderOptions
 
-    poison.checked(on_poison)
     return ReaderOptions(
-        bootstrap=broker, registry=schema_registry, prefix=topic_prefix, topics=topics or None,
-        on_poison=on_poison, batch_size=batch_size, definition=load_definition(mapping),
-        transform=load_transform(transform) if transform else None,
+        bootstrap=s.kafka, registry=s.schema_registry, prefix=s.topic_prefix,
+        topics=s.topics or None, on_poison=s.on_poison, batch_size=s.batch_size,
+        definition=load_definition(s.mapping),
+        transform=load_transform(s.transform) if s.transform else None,
     )
 
 
-Search = typer.Option("http://localhost:9200", "--search", "-s", envvar="BOTTLER_SEARCH",
-                      help="Elasticsearch or OpenSearch URL (http://user:password@host:9200) "
-                      "[env: BOTTLER_SEARCH]")
-Mapping = typer.Option(None, "--mapping", help="JSON file: settings and field mappings that "
-                       "override the ones derived from the Avro schemas.")
-TransformOpt = typer.Option(None, "--transform",
-                            help="module:function(doc, change) returning the document to "
-                            "index (or None to leave the row out).")
+Search = option("--search", "-s", help="Elasticsearch or OpenSearch URL "
+                "(http://user:password@host:9200) [default: http://localhost:9200] "
+                "[env: BOTTLER_SEARCH]")
+Mapping = option("--mapping", help="JSON file: settings and field mappings that override the "
+                 "ones derived from the Avro schemas.")
+TransformOpt = option("--transform", help="module:function(doc, change) returning the document "
+                      "to index (or None to leave the row out).")
 OnPoison = options.on_poison()
 BatchSize = options.batch_size()
 
 
 def materialize_search(
-    index: str = typer.Option(..., "--index", "-i", help=INDEX_HELP, show_default=False),
-    broker: str = options.Broker,
-    schema_registry: str = options.SchemaRegistry,
-    search: str = Search,
-    topic_prefix: str = options.TopicPrefix,
+    index: str | None = option("--index", "-i", help=INDEX_HELP + " [env: BOTTLER_INDEX]"),
+    broker: str | None = options.Broker,
+    kafka_config: list[str] | None = options.KafkaConfig,
+    schema_registry: str | None = options.SchemaRegistry,
+    registry_config: list[str] | None = options.RegistryConfig,
+    search: str | None = Search,
+    topic_prefix: str | None = options.TopicPrefix,
     topics: list[str] | None = options.TopicsToIndex,
     mapping: Path | None = Mapping,
     transform: str | None = TransformOpt,
-    on_poison: str = OnPoison,
-    batch_size: int = BatchSize,
+    on_poison: str | None = OnPoison,
+    batch_size: int | None = BatchSize,
     once: bool = options.once(),
     metrics_port: int | None = options.MetricsPort,
-    metrics_host: str = options.MetricsHost,
+    metrics_host: str | None = options.MetricsHost,
+    config: Path | None = options.Config,
 ) -> None:
     """Keep a search index current from the table topics (one document per row); follows the
     alias when `bottler reindex` moves it to a rebuilt index."""
+    s = load(SearchSettings, locals())
     from materializers.search.client import SearchClient
     from materializers.search.reader import LiveReader
 
-    reader_options = _reader_options(broker, schema_registry, topic_prefix, topics, mapping,
-                                     transform, on_poison, batch_size)
-    options.serve_metrics(metrics_port, metrics_host)
-    reader = LiveReader(SearchClient(search), index, reader_options)
-    if once:
+    if not s.index:
+        raise BottlerError("no index: pass --index NAME (or set index in the --config file, or "
+                           "BOTTLER_INDEX)")
+    reader_options = _reader_options(s)
+    s.check_clients()
+    options.serve_metrics(s.metrics_port, s.metrics_host)
+    reader = LiveReader(SearchClient(s.search), s.index, reader_options)
+    if s.once:
         reader.run_until_caught_up()
         return
     stop = stop_on_signals()
@@ -76,49 +107,51 @@ def reindex(
     show_status: bool = typer.Option(False, "--status",
                                      help="Show which physical index serves the alias and the "
                                      "lag of each, and exit."),
-    broker: str = options.Broker,
-    schema_registry: str = options.SchemaRegistry,
-    search: str = Search,
-    topic_prefix: str = options.TopicPrefix,
+    broker: str | None = options.Broker,
+    kafka_config: list[str] | None = options.KafkaConfig,
+    schema_registry: str | None = options.SchemaRegistry,
+    registry_config: list[str] | None = options.RegistryConfig,
+    search: str | None = Search,
+    topic_prefix: str | None = options.TopicPrefix,
     topics: list[str] | None = options.TopicsToIndex,
     mapping: Path | None = Mapping,
     transform: str | None = TransformOpt,
-    on_poison: str = OnPoison,
-    batch_size: int = BatchSize,
-    max_lag: int = typer.Option(100, "--max-lag",
-                                help="Swap once the new index is at most this many messages "
-                                "behind."),
-    retention: float = typer.Option(0.0, "--retention",
-                                    help="Seconds to keep the old index after the swap before "
-                                    "deleting it."),
-    keep_old: bool = typer.Option(False, "--keep-old", help="Never delete the old index."),
-    handover_timeout: float = typer.Option(30.0, "--handover-timeout",
-                                           help="Seconds to wait for the live reader to hand "
-                                           "the old index over."),
-    timeout: float | None = typer.Option(None, "--timeout",
-                                         help="Give up if the rebuild has not caught up after "
-                                         "this many seconds."),
+    on_poison: str | None = OnPoison,
+    batch_size: int | None = BatchSize,
+    max_lag: int | None = option("--max-lag", help="Swap once the new index is at most this "
+                                 "many messages behind [default: 100]"),
+    retention: float | None = option("--retention", help="Seconds to keep the old index after "
+                                     "the swap before deleting it [default: 0]"),
+    keep_old: bool = option("--keep-old", default=False, help="Never delete the old index."),
+    handover_timeout: float | None = option("--handover-timeout",
+                                            help="Seconds to wait for the live reader to hand "
+                                            "the old index over [default: 30]"),
+    timeout: float | None = option("--timeout", help="Give up if the rebuild has not caught up "
+                                   "after this many seconds."),
+    config: Path | None = options.Config,
 ) -> None:
     """Rebuild a search index from offset zero into NAME-<next> while NAME keeps serving, then
     swap the alias atomically and retire the old index."""
+    s = load(ReindexSettings, locals(), skip=("name", "show_status"))
     from rich.console import Console
 
     from materializers.search.client import SearchClient
     from materializers.search.reindex import reindex as run_reindex
 
-    client = SearchClient(search)
+    client = SearchClient(s.search)
     console = Console()
     if show_status:
-        _print_status(console, client, name, broker)
+        check_broker(s.kafka)  # only Kafka: the status reads no schema
+        _print_status(console, client, name, s.kafka)
         return
-    reader_options = _reader_options(broker, schema_registry, topic_prefix, topics, mapping,
-                                     transform, on_poison, batch_size)
-    run_reindex(client, name, reader_options, max_lag=max_lag, retention=retention,
-                keep_old=keep_old, handover_timeout=handover_timeout, timeout=timeout,
+    reader_options = _reader_options(s)
+    s.check_clients()
+    run_reindex(client, name, reader_options, max_lag=s.max_lag, retention=s.retention,
+                keep_old=s.keep_old, handover_timeout=s.handover_timeout, timeout=s.timeout,
                 say=lambda line: console.print(line, highlight=False))
 
 
-def _print_status(console, client, name: str, broker: str) -> None:
+def _print_status(console, client, name: str, broker) -> None:
     import datetime as dt
 
     from rich.table import Table

@@ -16,6 +16,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.kafka import Connection
+from common.registry import Registry
 from materializers.core import Materializer
 from materializers.search import indices
 from materializers.search.client import SearchClient, SearchError
@@ -29,8 +31,8 @@ log = logging.getLogger(__name__)
 class ReaderOptions:
     """What every reader of an alias is given: where to read, how to shape documents."""
 
-    bootstrap: str
-    registry: str
+    bootstrap: Connection  # the servers, or every Kafka client property
+    registry: Registry  # the URL, or every registry client property
     prefix: str = ""
     topics: list[str] | None = None
     on_poison: str = "dead-letter"

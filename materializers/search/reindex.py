@@ -27,6 +27,7 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from common.errors import BottlerError
+from common.kafka import Connection, client_config
 from materializers.search import indices
 from materializers.search.client import SearchClient
 from materializers.search.reader import ReaderOptions
@@ -139,13 +140,13 @@ class IndexStatus:
     updated_at: int | None  # epoch ms of its last flush
 
 
-def status(client: SearchClient, alias: str, bootstrap: str) -> list[IndexStatus]:
+def status(client: SearchClient, alias: str, bootstrap: Connection) -> list[IndexStatus]:
     """Every physical index of ``alias``, oldest first, with its lag against the topics."""
     serving = indices.alias_target(client, alias)
     store = indices.OffsetStore(client)
     found = indices.versions(client, alias)
     rows = []
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bottler-search-status",
+    consumer = Consumer({**client_config(bootstrap), "group.id": "bottler-search-status",
                          "enable.auto.commit": False})
     try:
         for name in sorted(found, key=found.get):

@@ -34,10 +34,10 @@ from confluent_kafka import (
 )
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from common.errors import BottlerError
-from common.kafka import BACKLOG_READER
+from common.kafka import BACKLOG_READER, Connection, client_config
+from common.registry import Registry, registry_client
 from materializers.core import dead_letters, positions, watermarks
 from materializers.core import metrics as core_metrics
 from materializers.core.changes import TopicPartition, table_of
@@ -74,8 +74,8 @@ class TranslatorRunner:
         self,
         translator: Translator,
         *,
-        bootstrap: str,
-        registry: str | SchemaRegistryClient,
+        bootstrap: Connection,
+        registry: Registry,
         topic_prefix: str = "",
         output_prefix: str | None = None,
         group_id: str | None = None,
@@ -89,9 +89,7 @@ class TranslatorRunner:
     ):
         self.translator = translator
         self.bootstrap = bootstrap
-        self.registry = (
-            SchemaRegistryClient({"url": registry}) if isinstance(registry, str) else registry
-        )
+        self.registry = registry_client(registry)
         self.group_id = group_id or default_group_id(translator.name, topic_prefix)
         # In the batch's transaction: a dead letter, too, is written exactly once.
         self.dead_letters = DeadLetters(on_poison, name=self.group_id, bootstrap=bootstrap,
@@ -111,7 +109,7 @@ class TranslatorRunner:
         self.decoder = Decoder(self.registry)
         self._encoder: EventEncoder | None = None
         self._consumer_config = {
-            "bootstrap.servers": bootstrap,
+            **client_config(bootstrap),
             "group.id": self.group_id,
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
@@ -122,7 +120,7 @@ class TranslatorRunner:
             **(consumer_config or {}),
         }
         self._producer_config = {
-            "bootstrap.servers": bootstrap,
+            **client_config(bootstrap),
             "transactional.id": self.group_id,
             "enable.idempotence": True,
             "acks": "all",
@@ -176,7 +174,7 @@ class TranslatorRunner:
     # -- start and stop -----------------------------------------------------------------
 
     def _open(self, stop: threading.Event, deadline: float | None = None) -> bool:
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient(client_config(self.bootstrap))
         partitions = self._wait_for_inputs(admin, stop, deadline)
         if partitions is None:
             return False

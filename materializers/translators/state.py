@@ -24,7 +24,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from common.errors import BottlerError
-from common.kafka import BACKLOG_READER
+from common.kafka import BACKLOG_READER, Connection, client_config
 
 log = logging.getLogger(__name__)
 
@@ -75,14 +75,14 @@ class KeyedState:
     def discard(self) -> None:
         self._staged.clear()
 
-    def restore(self, bootstrap: str, timeout: float = 300) -> int:
+    def restore(self, bootstrap: Connection, timeout: float = 300) -> int:
         """Read the changelog (read_committed) from the beginning to its end; the number of
         records read. Call only once this translator's transactional producer is initialised:
         then no transaction of ours is open and the end is the state of the committed offsets."""
         self._rows.clear()
         self._staged.clear()
         consumer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": f"bottler-restore-{uuid.uuid4().hex}",
+            **client_config(bootstrap), "group.id": f"bottler-restore-{uuid.uuid4().hex}",
             "isolation.level": "read_committed", "enable.auto.commit": False,
             "enable.partition.eof": True, **BACKLOG_READER,
         })

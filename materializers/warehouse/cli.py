@@ -8,9 +8,12 @@ import os
 from pathlib import Path
 
 import typer
+from pydantic import Field
 
 from common import options
+from common.config import MetricsSettings, env, load
 from common.errors import BottlerError
+from common.options import option
 from common.signals import stop_on_signals
 
 log = logging.getLogger(__name__)
@@ -21,49 +24,63 @@ PATH = typer.Option(..., "--path", envvar="BOTTLER_WAREHOUSE_PATH",
                     show_default=False)
 
 
+class WarehouseSettings(options.ViewSettings, MetricsSettings):
+    path: Path = Field(validation_alias=env("BOTTLER_WAREHOUSE_PATH"))
+    topics: list[str] = []
+    once: bool = False
+    master: str = Field("local[2]", validation_alias=env("BOTTLER_SPARK_MASTER"))
+    max_messages: int = Field(1_000_000, ge=1)
+    interval: float = Field(1.0, gt=0)
+
+
 def materialize_warehouse(
-    path: Path = PATH,
-    broker: str = options.Broker,
-    schema_registry: str = options.SchemaRegistry,
-    topic_prefix: str = options.TopicPrefix,
+    path: Path | None = option("--path", help="The warehouse directory "
+                               "[env: BOTTLER_WAREHOUSE_PATH]"),
+    broker: str | None = options.Broker,
+    kafka_config: list[str] | None = options.KafkaConfig,
+    schema_registry: str | None = options.SchemaRegistry,
+    registry_config: list[str] | None = options.RegistryConfig,
+    topic_prefix: str | None = options.TopicPrefix,
     topics: list[str] | None = options.Topics,
-    on_poison: str = options.on_poison(),
+    on_poison: str | None = options.on_poison(),
     once: bool = options.once("Catch up to the current high watermarks, then exit."),
-    master: str = typer.Option("local[2]", "--master", envvar="BOTTLER_SPARK_MASTER",
-                               help="Spark master [env: BOTTLER_SPARK_MASTER]"),
-    max_messages: int = typer.Option(1_000_000, "--max-messages",
-                                     help="Offsets per partition per micro-batch, at most."),
-    interval: float = typer.Option(1.0, "--interval",
-                                   help="Seconds between micro-batches when idle."),
+    master: str | None = option("--master", help="Spark master [default: local[2]] "
+                                "[env: BOTTLER_SPARK_MASTER]"),
+    max_messages: int | None = option("--max-messages", help="Offsets per partition per "
+                                      "micro-batch, at most [default: 1000000]"),
+    interval: float | None = option("--interval", help="Seconds between micro-batches when "
+                                    "idle [default: 1]"),
     metrics_port: int | None = options.MetricsPort,
-    metrics_host: str = options.MetricsHost,
+    metrics_host: str | None = options.MetricsHost,
+    config: Path | None = options.Config,
 ) -> None:
     """Merge the table topics into Delta Lake tables with PySpark."""
-    from materializers.core import poison
+    s = load(WarehouseSettings, locals())
     from materializers.warehouse import jvm
     from materializers.warehouse.job import WarehouseJob, spark_session
 
-    poison.checked(on_poison)  # before Spark takes its seconds to start
-    _writable(path)
-    options.serve_metrics(metrics_port, metrics_host)
+    path = s.path
+    _writable(path)  # before Spark takes its seconds to start
+    s.check_clients()
+    options.serve_metrics(s.metrics_port, s.metrics_host)
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
-        spark = spark_session(master)
+        spark = spark_session(s.master)
     except jvm.Stopped as stopped:
         log.info("warehouse %s", stopped)
         return
-    job = WarehouseJob(spark, str(path), bootstrap=broker, registry=schema_registry,
-                       prefix=topic_prefix, topics=topics or None, on_poison=on_poison,
-                       max_messages=max_messages)
+    job = WarehouseJob(spark, str(path), bootstrap=s.kafka, registry=s.schema_registry,
+                       prefix=s.topic_prefix, topics=s.topics or None, on_poison=s.on_poison,
+                       max_messages=s.max_messages)
     try:
-        if once:
+        if s.once:
             total = job.run_until_caught_up()
             typer.echo(f"warehouse load done: {total.changes} changes, {total.truncates} "
                        f"truncates, {total.dead_letters} dead letters into {path}")
             return
         stop = stop_on_signals()
-        job.run(stop, interval)
+        job.run(stop, s.interval)
     finally:
         job.close()
         jvm.stop(spark)

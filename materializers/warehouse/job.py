@@ -37,6 +37,8 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
+from common.kafka import Connection, client_config
+from common.registry import Registry
 from materializers.core import metrics, poison, positions, watermarks
 from materializers.core.changes import Change, TopicPartition, table_of
 from materializers.core.decode import DecodeError
@@ -45,7 +47,7 @@ from materializers.core.sink import Sink
 from materializers.warehouse import jvm
 from materializers.warehouse.delta import DeltaWriter, writer_for
 from materializers.warehouse.sink import DeltaSink
-from materializers.warehouse.source import NAME, KafkaRanges, decoder, read_range
+from materializers.warehouse.source import NAME, KafkaRanges, decoder, option_value, read_range
 from schemas.topics import DEAD_LETTER, TRUNCATE, table_topics, with_prefix
 
 log = logging.getLogger(__name__)
@@ -87,7 +89,7 @@ class WarehouseJob:
     ``writer`` (default: :func:`writer_for` the session); ``sink`` replaces the Delta tables
     (the core's behaviour tests run the job into the reference MemorySink)."""
 
-    def __init__(self, spark: Any, path: str, *, bootstrap: str, registry: str,
+    def __init__(self, spark: Any, path: str, *, bootstrap: Connection, registry: Registry,
                  prefix: str = "", topics: Iterable[str] | None = None,
                  on_poison: str = "dead-letter", max_messages: int = 1_000_000,
                  chunk: int = 200_000, name: str = "warehouse",
@@ -106,7 +108,7 @@ class WarehouseJob:
         self.dead_letter_topic = self.dead_letters.topic
         self._is_table_topic = table_topics(prefix, self.topics)
         self.decoder = decoder(registry)
-        self._consumer = Consumer({"bootstrap.servers": bootstrap,
+        self._consumer = Consumer({**client_config(bootstrap),
                                    "group.id": "bottler-warehouse-planner"})
         self._positions: dict[TopicPartition, int] = {}  # as flushed by this job
 
@@ -232,8 +234,9 @@ class WarehouseJob:
         from pyspark.sql import Window
         from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention
 
-        frame = (self.spark.read.format(NAME).option("bootstrap", self.bootstrap)
-                 .option("registry", self.registry).option("ranges", json.dumps(ranges))
+        frame = (self.spark.read.format(NAME).option("bootstrap", option_value(self.bootstrap))
+                 .option("registry", option_value(self.registry))
+                 .option("ranges", json.dumps(ranges))
                  .load())
         last = Window.partitionBy("topic", "identity").orderBy(
             F.col("partition").desc(), F.col("offset").desc())

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import pickle
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from common.kafka import BACKLOG_READER
+from common.kafka import BACKLOG_READER, Connection, client_config
+from common.registry import Registry
 from materializers.core.decode import DecodeError, Decoder
 
 NAME = "bottler_kafka"
@@ -37,20 +38,30 @@ STALL = 60.0  # seconds without a message before a range read gives up
 _decoders: dict[str, Decoder] = {}  # per Python worker: schemas fetched once per id
 
 
-def decoder(registry: str) -> Decoder:
-    found = _decoders.get(registry)
+def decoder(registry: Registry) -> Decoder:
+    key = json.dumps(registry, sort_keys=True) if isinstance(registry, Mapping) else registry
+    found = _decoders.get(key)
     if found is None:
-        found = _decoders[registry] = Decoder(registry)
+        found = _decoders[key] = Decoder(registry)
     return found
 
 
-def read_range(bootstrap: str, topic: str, partition: int, start: int,
+def option_value(value: str | Mapping[str, str]) -> str:
+    """A connection (servers or URL, or client properties) as a Spark option: a string."""
+    return json.dumps(dict(value)) if isinstance(value, Mapping) else value
+
+
+def from_option(value: str) -> str | dict[str, str]:
+    return json.loads(value) if value.startswith("{") else value
+
+
+def read_range(bootstrap: Connection, topic: str, partition: int, start: int,
                end: int) -> Iterator[Message]:
     """The messages of ``topic[partition]`` from ``start`` up to ``end`` (exclusive), which
     the partition's high watermark must have reached (compaction may leave gaps)."""
     if start >= end:
         return
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bottler-warehouse-ranges",
+    consumer = Consumer({**client_config(bootstrap), "group.id": "bottler-warehouse-ranges",
                          "enable.auto.commit": False, "enable.partition.eof": True,
                          "fetch.max.bytes": 64 << 20, **BACKLOG_READER})
     try:
@@ -117,8 +128,8 @@ class OffsetRange(InputPartition):
 
 class RangeReader(DataSourceReader):
     def __init__(self, options: dict[str, Any]):
-        self.bootstrap = options["bootstrap"]
-        self.registry = options["registry"]
+        self.bootstrap = from_option(options["bootstrap"])
+        self.registry = from_option(options["registry"])
         self.ranges = [OffsetRange(*r) for r in json.loads(options["ranges"])]
 
     def partitions(self) -> list[OffsetRange]:

@@ -4,8 +4,15 @@ Run it with `python -m schemas.registry --kafka HOST:PORT`, or call `serve()`; e
 app with `create_app(store)` after `SchemaStore(...).start()`.
 """
 
-from .app import create_app
-from .server import serve
-from .store import SchemaStore, StoreError
+from importlib import import_module
 
 __all__ = ["SchemaStore", "StoreError", "create_app", "serve"]
+_WHERE = {"SchemaStore": ".store", "StoreError": ".store", "create_app": ".app", "serve": ".server"}
+
+
+def __getattr__(name: str):
+    """Imported when used: the command line reads the registry's settings (.settings) without
+    loading its web server."""
+    if name in _WHERE:
+        return getattr(import_module(_WHERE[name], __name__), name)
+    raise AttributeError(name)

@@ -14,17 +14,18 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from . import compatibility as compat
+from .auth import REALM, authorized
+from .settings import MAX_REQUEST_BYTES
 from .store import RecordTooLarge, SchemaStore, StoreError, Version, canonical
 
 MEDIA_TYPE = "application/vnd.schemaregistry.v1+json"
-# Request bodies above this are refused before they are read (HTTP 413): a schema is a few kB,
-# and a body is held in memory. Kafka's default max.message.bytes (1 MB) bounds a schema anyway.
-MAX_REQUEST_BYTES = 1024 * 1024
+
 log = logging.getLogger(__name__)
 
 
@@ -333,6 +334,59 @@ class Registry:
         return {"compatibilityLevel": previous}
 
 
+# The registry's only mode: it takes writes. Confluent's READONLY and IMPORT are not served
+# (a mode change is refused with Confluent's "invalid mode" error).
+MODE = "READWRITE"
+
+
+def _mode_from(body: dict) -> str:
+    mode = body.get("mode")
+    if not isinstance(mode, str) or mode.upper() != MODE:
+        raise ApiError(422, 42204, f"Invalid mode {mode!r}: this registry serves {MODE} only")
+    return MODE
+
+
+class Modes:
+    """`/mode` and `/contexts` as Confluent's registry answers them (confluent-kafka's client
+    asks for the mode); one mode, READWRITE, and the default context only."""
+
+    def get_mode(self, call: Call) -> dict:
+        if "subject" in call.path and not call.flag("defaultToGlobal"):
+            subject = call.path["subject"]
+            raise ApiError(404, 40409,
+                           f"Subject '{subject}' does not have subject-level mode configured")
+        return {"mode": MODE}
+
+    def put_mode(self, call: Call) -> dict:
+        return {"mode": _mode_from(call.body)}
+
+    def delete_mode(self, call: Call) -> dict:
+        subject = call.path["subject"]
+        raise ApiError(404, 40409,
+                       f"Subject '{subject}' does not have subject-level mode configured")
+
+    def contexts(self, call: Call) -> list[str]:
+        return ["."]
+
+
+class _BasicAuth:
+    """Every request needs a user's credentials (HTTP basic), as Confluent's registry with basic
+    authentication on: 401 with error_code 401 otherwise."""
+
+    def __init__(self, app, users: dict[str, str]):
+        self.app, self.users = app, users
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+            if not authorized(header, self.users):
+                response = _error(401, 401, "Unauthorized")
+                response.headers["WWW-Authenticate"] = f'Basic realm="{REALM}"'
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def _too_large(limit: int) -> Response:
     return _error(413, 413, f"Request body is larger than this registry accepts ({limit} bytes;"
                   " its --max-request-bytes)")
@@ -387,10 +441,13 @@ async def _crash(request: Request, exc: Exception) -> Response:
     return _error(500, 500, f"Internal error: {type(exc).__name__}: {exc}")
 
 
-def create_app(store: SchemaStore, max_request_bytes: int = MAX_REQUEST_BYTES) -> Starlette:
+def create_app(store: SchemaStore, max_request_bytes: int = MAX_REQUEST_BYTES,
+               users: dict[str, str] | None = None) -> Starlette:
     """The ASGI app serving `store`, which must be started already; request bodies over
-    ``max_request_bytes`` are refused with HTTP 413."""
+    ``max_request_bytes`` are refused with HTTP 413; with ``users`` (user: password), every
+    request needs one's credentials (HTTP basic)."""
     api = Registry(store)
+    modes = Modes()
     table = [
         ("GET", "/", api.root),
         ("GET", "/schemas/types", api.schema_types),
@@ -413,9 +470,16 @@ def create_app(store: SchemaStore, max_request_bytes: int = MAX_REQUEST_BYTES) -
         ("GET", "/config/{subject}", api.get_subject_config),
         ("PUT", "/config/{subject}", api.put_config),
         ("DELETE", "/config/{subject}", api.delete_config),
+        ("GET", "/mode", modes.get_mode),
+        ("PUT", "/mode", modes.put_mode),
+        ("GET", "/mode/{subject}", modes.get_mode),
+        ("PUT", "/mode/{subject}", modes.put_mode),
+        ("DELETE", "/mode/{subject}", modes.delete_mode),
+        ("GET", "/contexts", modes.contexts),
     ]
     routes = [Route(path, _endpoint(api, fn, max_request_bytes), methods=[method])
               for method, path, fn in table]
     return Starlette(
-        routes=routes, exception_handlers={HTTPException: _http_error, Exception: _crash}
+        routes=routes, exception_handlers={HTTPException: _http_error, Exception: _crash},
+        middleware=[Middleware(_BasicAuth, users=users)] if users else [],
     )

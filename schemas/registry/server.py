@@ -4,23 +4,31 @@ import logging
 
 import uvicorn
 
-from .app import MAX_REQUEST_BYTES, create_app
+from common.kafka import check_broker, described
+
+from .app import create_app
+from .auth import load_users
+from .settings import ServeSettings
 from .store import SchemaStore
 
 log = logging.getLogger("schemas.registry")
 
 
-def serve(host: str, port: int, bootstrap: str, topic: str = "_schemas",
-          max_request_bytes: int = MAX_REQUEST_BYTES) -> None:
+def serve(settings: ServeSettings) -> None:
     """Serve the registry until interrupted. Raises StoreError if Kafka cannot be used."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    store = SchemaStore(bootstrap, topic)
+    s = settings
+    users = load_users(s.users_file, s.users.get_secret_value() if s.users else None)
+    check_broker(s.kafka)  # a wrong property fails here, in one line
+    store = SchemaStore(s.kafka, s.topic)
     store.start()  # before listening: a registry that answers must know every schema
     try:
         log.info(
-            "schema registry serving http://%s:%d (schemas in topic %s on %s)",
-            host, port, topic, bootstrap,
+            "schema registry serving http://%s:%d (schemas in topic %s on %s; %s)",
+            s.host, s.port, s.topic, described(s.kafka),
+            f"basic authentication, {len(users)} users" if users else "no authentication",
         )
-        uvicorn.run(create_app(store, max_request_bytes), host=host, port=port, log_level="warning")
+        uvicorn.run(create_app(store, s.max_request_bytes, users), host=s.host, port=s.port,
+                    log_level="warning")
     finally:
         store.close()

@@ -28,6 +28,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from common.kafka import Connection, client_config, servers
+
 log = logging.getLogger(__name__)
 
 
@@ -103,7 +105,9 @@ def _config_key(subject: str | None) -> dict:
 class SchemaStore:
     """Subjects, versions and compatibility settings, replayed from and written to Kafka."""
 
-    def __init__(self, bootstrap: str, topic: str = "_schemas", timeout: float = 10.0):
+    def __init__(self, bootstrap: Connection, topic: str = "_schemas", timeout: float = 10.0):
+        """``bootstrap``: Kafka's bootstrap servers, or every client property (secured
+        brokers)."""
         self.bootstrap = bootstrap
         self.topic = topic
         self.timeout = timeout
@@ -137,7 +141,7 @@ class SchemaStore:
     def _client_config(self) -> dict:
         # librdkafka would log every reconnect attempt (many a second) while the broker is
         # down; the StoreError raised for the failed operation already says what is wrong.
-        return {"bootstrap.servers": self.bootstrap, "log_level": 2}
+        return client_config(self.bootstrap, log_level=2)
 
     def _unreachable(self, what: str, cause: object) -> StoreError:
         if isinstance(cause, KafkaException):
@@ -147,7 +151,8 @@ class SchemaStore:
         elif isinstance(cause, TimeoutError):
             cause = f"no answer within {self.timeout:g} s"
         return StoreError(
-            f"cannot {what} schema topic {self.topic!r} on Kafka at {self.bootstrap}: {cause}. "
+            f"cannot {what} schema topic {self.topic!r} on Kafka at "
+            f"{servers(self.bootstrap)}: {cause}. "
             "Check that the broker is running and reachable at that address, then retry."
         )
 
@@ -176,7 +181,8 @@ class SchemaStore:
             raise self._unreachable("describe", exc) from exc
         if policy.value != "compact" or len(partitions.partitions) != 1:
             raise StoreError(
-                f"topic {self.topic!r} on {self.bootstrap} must have cleanup.policy=compact and "
+                f"topic {self.topic!r} on {servers(self.bootstrap)} must have "
+                "cleanup.policy=compact and "
                 f"1 partition, it has cleanup.policy={policy.value} and "
                 f"{len(partitions.partitions)} partitions; fix the topic or choose another one."
             )
