@@ -49,7 +49,8 @@ def capture(
     topic_prefix: str | None = typer.Option(None, "--topic-prefix", "-p",
                                             help="Prefix of every topic name."),
     on_error: str | None = typer.Option(None, "--on-error", "-e",
-                                        help="exit (default) or log: what a bad row does"),
+                                        help="dead-letter (default), exit or log: what a "
+                                        "row that cannot be published does"),
     skip_snapshot: bool = typer.Option(False, "--skip-snapshot", "-x",
                                        help="Stream only new changes (new slot only)."),
     kafka_config: list[str] | None = typer.Option(None, "--kafka-config", "-C",
@@ -81,6 +82,16 @@ def capture(
     replica_identity_full: bool = typer.Option(
         False, "--replica-identity-full",
         help="Set REPLICA IDENTITY FULL on tables with TOASTable columns."),
+    slot_warn_retained_mb: int | None = typer.Option(
+        None, "--slot-warn-retained-mb",
+        help="Warn when the slot makes the source keep this much WAL (MiB) [10240]"),
+    slot_warn_safe_mb: int | None = typer.Option(
+        None, "--slot-warn-safe-mb",
+        help="Warn when the slot's safe_wal_size falls under this (MiB) [2048]"),
+    recover_lost_slot: bool = typer.Option(
+        False, "--recover-lost-slot",
+        help="If the slot was invalidated (wal_status lost): reset the topics, new slot, "
+        "snapshot."),
     config: Path | None = typer.Option(None, "--config", help="YAML file of these settings."),
 ) -> None:
     """Snapshot the source database, then stream its changes into Kafka, one topic per table."""
@@ -99,7 +110,9 @@ def capture(
         heartbeat_interval=heartbeat_interval,
         confirm_delay=confirm_delay,
         transaction_topic=transaction_topic or None,
-        replica_identity_full=replica_identity_full or None, config_file=config,
+        replica_identity_full=replica_identity_full or None,
+        slot_warn_retained_mb=slot_warn_retained_mb, slot_warn_safe_mb=slot_warn_safe_mb,
+        recover_lost_slot=recover_lost_slot or None, config_file=config,
     )
     stop = stop_on_signals()
     run_capture(settings, stop)

@@ -35,6 +35,8 @@ FLAGS = {
     "heartbeat_interval": "--heartbeat-interval", "transaction_topic": "--transaction-topic",
     "confirm_delay": "--confirm-delay",
     "replica_identity_full": "--replica-identity-full",
+    "slot_warn_retained_mb": "--slot-warn-retained-mb", "slot_warn_safe_mb": "--slot-warn-safe-mb",
+    "recover_lost_slot": "--recover-lost-slot",
 }
 # Never echoed back, not even when invalid: they may carry passwords.
 SECRET_FIELDS = {"postgres", "broker", "schema_registry", "kafka_config", "topic_config"}
@@ -61,7 +63,9 @@ class CaptureSettings(BaseSettings):
     output_format: Literal["avro", "json"] = "avro"
     allow_unkeyed: bool = False
     topic_prefix: str = ""
-    on_error: Literal["exit", "log"] = "exit"
+    # A stopped capture keeps its slot, which keeps WAL until the source's disk fills: a row
+    # that cannot be published goes to the dead-letter topic rather than stop everything.
+    on_error: Literal["dead-letter", "exit", "log"] = "dead-letter"
     skip_snapshot: bool = False
     kafka_config: dict[str, str] = {}
     topic_config: dict[str, str] = {}
@@ -75,6 +79,9 @@ class CaptureSettings(BaseSettings):
     confirm_delay: float = Field(0.0, ge=0)
     transaction_topic: bool = False
     replica_identity_full: bool = False
+    slot_warn_retained_mb: int = Field(10240, ge=1)  # warn when the slot keeps this much WAL
+    slot_warn_safe_mb: int = Field(2048, ge=0)  # ... or is this close to being invalidated
+    recover_lost_slot: bool = False
 
     config_file: Path | None = Field(None, exclude=True)
 
