@@ -205,7 +205,7 @@ def test_oversized_rows_follow_the_error_policy(stack, source, prefix, start):
     capture.stop()
 
     execute(source, f"insert into t values (3, '{'z' * 5000}')")
-    error = start(kafka_config=limits).wait_failed()  # default policy: exit
+    error = start(kafka_config=limits, on_error="exit").wait_failed()
     assert "message.max.bytes" in str(error)
 
 
