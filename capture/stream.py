@@ -275,8 +275,13 @@ class Streamer:
         try:
             self.tables.relation(m)
         except UnkeyedTable as exc:
-            self.publisher.data_error(DataError(str(exc)))  # raises under --on-error=exit
+            mode = self.publisher.policy.on_error.mode
+            if mode == "exit":
+                self.publisher.data_error(DataError(str(exc)))  # raises
+            log.error("%s; its rows follow --on-error=%s", exc.message, mode)
             self._skipped_relations[m.oid] = m
+        else:
+            self._skipped_relations.pop(m.oid, None)  # it has a key now
 
     def _change(self, oid: int, key_values, values, op: str) -> None:
         if oid in self._skipped_relations:
