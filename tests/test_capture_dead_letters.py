@@ -6,14 +6,21 @@ max.message.bytes."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import psycopg
+import pytest
+from confluent_kafka.admin import AdminClient
 from prometheus_client import REGISTRY
 
+from capture.dead_letters import ErrorPolicy, OnError, Row
 from capture.pgoutput import str_to_lsn
+from capture.publisher import Publisher, producer_config
+from capture.topics import ensure_topics
+from common.errors import BottlerError
 from compose.procs import free_port
 from tests.support import execute, read_topic, rows, topic_state, wait_for, wait_streaming
 
@@ -98,3 +105,27 @@ def test_rows_over_the_size_limits_go_to_the_dead_letter_topic_and_the_stream_go
     assert dead_letters_counted() == counted + 2
     row = status_row(f"http://127.0.0.1:{port}/metrics", "capture")
     assert row[2] == "streaming" and row[5] == f"{int(counted) + 2:,}", row
+
+
+def test_a_dead_letter_kafka_refuses_stops_the_capture_without_confirming_the_row(stack, prefix):
+    admin = AdminClient({"bootstrap.servers": stack.kafka})
+    table_topic = f"{prefix}.docs"
+    on_error = OnError.of("dead-letter", prefix, prefix)
+    ensure_topics(admin, [table_topic], config={"max.message.bytes": "20000"})
+    ensure_topics(admin, [], [on_error.topic], config={"max.message.bytes": "1000"})  # too small
+    config = producer_config({}, {"max.message.bytes": "20000"})
+    publisher = Publisher(stack.kafka, config, ErrorPolicy(on_error, stack.kafka, config))
+    batch = publisher.tracker.open()
+    body = os.urandom(30000).hex()  # refused by the broker for the table topic
+    value = body.encode()
+    assert publisher.at_risk(b"1", value)
+    row = Row("public.docs", table_topic, ("id", "body"), ("id",), ("1", body), "insert", 100)
+    publisher.send(table_topic, b"1", value, batch, row=row)
+    publisher.tracker.seal(batch, 100)
+
+    with pytest.raises(BottlerError) as stopped:
+        publisher.flush(30)
+    assert f"cannot write the dead letter of a row of public.docs to {on_error.topic}" in str(
+        stopped.value)
+    assert publisher.tracker.confirmed() < 100  # the row's position is never confirmed
+    assert batch.pending == 1  # its dead letter was never acknowledged
