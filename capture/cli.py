@@ -35,7 +35,8 @@ def capture(
     topic_prefix: str | None = option("--topic-prefix", "-p", help="Prefix of every topic name "
                                       "[env: BOTTLER_TOPIC_PREFIX]"),
     on_error: str | None = option("--on-error", "-e",
-                                  help="exit (default) or log: what a bad row does"),
+                                  help="dead-letter (default), exit or log: what a row "
+                                  "that cannot be published does"),
     skip_snapshot: bool = option("--skip-snapshot", "-x", default=False,
                                  help="Stream only new changes (new slot only)."),
     topic_config: list[str] | None = option("--topic-config", "-T", metavar="PROP=VALUE",
@@ -65,6 +66,16 @@ def capture(
         "--temporal-mode",
         help="logical (default: Avro date/time logical types) or plain (ints with connect.name "
              "annotations, which every Python consumer reads)"),
+    slot_warn_retained_mb: int | None = option(
+        "--slot-warn-retained-mb",
+        help="Warn when the slot makes the source keep this much WAL (MiB) [10240]"),
+    slot_warn_safe_mb: int | None = option(
+        "--slot-warn-safe-mb",
+        help="Warn when the slot's safe_wal_size falls under this (MiB) [2048]"),
+    recover_lost_slot: bool = option(
+        "--recover-lost-slot", default=False,
+        help="If the slot was invalidated (wal_status lost): reset the topics, new slot, "
+        "snapshot."),
     config_file: Path | None = options.Config,
 ) -> None:
     """Snapshot the source database, then stream its changes into Kafka, one topic per table."""

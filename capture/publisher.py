@@ -4,11 +4,11 @@ confirmed to PostgreSQL (see acks.py)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from capture.acks import AckTracker, Batch
+from capture.dead_letters import ErrorPolicy, OnError, Row
 from common.errors import BottlerError
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,13 @@ BASE_CONFIG = {
 
 
 class DataError(Exception):
-    """A row that cannot be published as it is (too large, unconvertible); --on-error decides."""
+    """A row that cannot be published as it is (too large, unconvertible); --on-error decides.
+    Whoever knows them fills in ``row`` (the row's text, for its dead letter), ``batch`` (where
+    its acknowledgement counts) and ``message`` (the key and value Kafka refused)."""
+
+    row: Row | None = None
+    batch: Batch | None = None
+    message: tuple[bytes | None, bytes | None] | None = None
 
 
 class Publisher:
@@ -36,31 +42,43 @@ class Publisher:
         self,
         bootstrap: str,
         extra_config: dict[str, str] | None = None,
-        on_data_error: Callable[[DataError], None] | None = None,
+        policy: ErrorPolicy | None = None,
         track: bool = True,
     ):
         self.bootstrap = bootstrap
         self.tracker = AckTracker()
-        self._on_data_error = on_data_error or _raise
+        self.policy = policy or ErrorPolicy(OnError("exit"))
         self._fatal: BottlerError | None = None
         untracked = {} if track else {
             "delivery.report.only.error": True, "on_delivery": self._untracked_failure,
         }
-        self._producer = Producer({
-            **BASE_CONFIG, "bootstrap.servers": bootstrap, **(extra_config or {}),
-            **untracked, "error_cb": self._client_error,
-        })
+        config = {**BASE_CONFIG, "bootstrap.servers": bootstrap, **(extra_config or {})}
+        self._producer = Producer({**config, **untracked, "error_cb": self._client_error})
+        # A message at most this large shares its batch with others, which together stay under
+        # the batch size (and so under the topics' limit, see producer_config): only a larger
+        # one can be refused for its size, so only for those is the row's text kept until Kafka
+        # acknowledges it (for its dead letter).
+        self.at_risk_over = max(0, min(int(config.get("batch.size", 1_000_000)),
+                                       int(config.get("message.max.bytes", 1_000_000))) - 4096)
+
+    def at_risk(self, key: bytes | None, value: bytes | None) -> bool:
+        """Could Kafka refuse this message for its size? (Then pass its ``row`` to send.)"""
+        return len(value or b"") + len(key or b"") > self.at_risk_over
 
     def send(self, topic: str, key: bytes | None, value: bytes | None,
-             batch: Batch | None = None, headers: list[tuple[str, bytes]] | None = None) -> None:
+             batch: Batch | None = None, headers: list[tuple[str, bytes]] | None = None,
+             row: Row | None = None) -> None:
         if batch is not None:
             batch.pending += 1
+        delivered = batch.delivered if batch is not None else None
+        if row is not None:  # rare: kept until acknowledged, for a refusal's dead letter
+            delivered = _RowDelivery(batch, row, self.tracker.failures).delivered
         while True:
             try:
-                if batch is None:
+                if delivered is None:
                     self._producer.produce(topic, value, key, headers=headers)
                 else:
-                    self._producer.produce(topic, value, key, on_delivery=batch.delivered,
+                    self._producer.produce(topic, value, key, on_delivery=delivered,
                                            headers=headers)
                 return
             except BufferError:
@@ -70,17 +88,22 @@ class Publisher:
                     batch.pending -= 1
                 if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
                     raise BottlerError(f"cannot produce to {topic}: {exc.args[0].str()}") from None
-                self.data_error(_too_large(topic, len(value or b"") + len(key or b"")))
+                error = _too_large(topic, len(value or b"") + len(key or b""))
+                error.row, error.batch, error.message = row, batch, (key, value)
+                self.data_error(error)
                 return
 
     def poll(self, timeout: float = 0) -> None:
         self._producer.poll(timeout)
         self._handle_failures()
+        self.policy.poll(0)
 
     def flush(self, timeout: float = 60) -> None:
-        """Wait until everything sent is acknowledged; raise if it could not be."""
+        """Wait until everything sent is acknowledged (dead letters included); raise if it
+        could not be."""
         remaining = self._producer.flush(timeout)
-        self._handle_failures()
+        self._handle_failures()  # may send dead letters
+        remaining += self.policy.flush(timeout)
         if remaining:
             raise BottlerError(
                 f"{remaining} messages were not acknowledged by {self.bootstrap} "
@@ -89,13 +112,16 @@ class Publisher:
             )
 
     def data_error(self, error: DataError) -> None:
-        """A row that cannot be published: skip it (--on-error=log) or raise."""
-        self._on_data_error(error)
+        """A row that cannot be published: --on-error decides (raises under exit)."""
+        self.policy(error)
 
     def _handle_failures(self) -> None:
         failures = self.tracker.failures
         while failures and self._fatal is None:
             batch, err, msg = failures.pop(0)
+            row = None
+            if isinstance(batch, _RowDelivery):
+                batch, row = batch.batch, batch.row
             if err.code() != KafkaError.MSG_SIZE_TOO_LARGE:
                 # Any other failure after the producer's own retries: stop, and let the restart
                 # resend from the last confirmed WAL position (nothing is confirmed past this).
@@ -104,14 +130,15 @@ class Publisher:
                     "check the broker; capture resumes from the last confirmed position",
                 )
                 break
-            size = len(msg.value() or b"") + len(msg.key() or b"")
+            error = _too_large(msg.topic(), len(msg.value() or b"") + len(msg.key() or b""))
+            error.row, error.batch, error.message = row, batch, (msg.key(), msg.value())
             try:
-                self.data_error(_too_large(msg.topic(), size))
+                self.data_error(error)  # a dead letter counts in the batch before it is left
             except BottlerError as exc:
                 self._fatal = exc  # never acked: nothing past it is confirmed
                 break
             if batch is not None:
-                batch.pending -= 1  # skipped, by policy
+                batch.pending -= 1  # replaced by its dead letter, or skipped, by policy
         if self._fatal:
             raise self._fatal
 
@@ -125,6 +152,35 @@ class Publisher:
             log.warning("Kafka broker %s: %s (retrying)", self.bootstrap, err.str())
 
 
+class _RowDelivery:
+    """The delivery callback of a message whose row is kept for its dead letter."""
+
+    __slots__ = ("batch", "failures", "row")
+
+    def __init__(self, batch: Batch | None, row: Row, failures: list):
+        self.batch, self.row, self.failures = batch, row, failures
+
+    def delivered(self, err, msg) -> None:
+        if err is not None:
+            self.failures.append((self, err, msg))
+        elif self.batch is not None:
+            self.batch.pending -= 1
+
+
+def producer_config(kafka_config: dict[str, str], topic_config: dict[str, str]) -> dict[str, str]:
+    """The producer's settings: -C, with ``batch.size`` under the topics' ``max.message.bytes``
+    (-T) unless -C sets it. The broker refuses a whole batch over a topic's limit: small rows
+    batched with a large one would be refused with it."""
+    try:
+        limit = int(topic_config.get("max.message.bytes", 0))
+    except ValueError:
+        return kafka_config  # the broker reports it when the topics are created
+    if limit <= 0 or "batch.size" in kafka_config:
+        return kafka_config
+    size = limit - limit // 255 - 1024  # room for compression's worst case and the framing
+    return {**kafka_config, "batch.size": str(max(1, min(1_000_000, size)))}
+
+
 def _too_large(topic: str, size: int) -> DataError:
     return DataError(
         f"a message of {size} bytes for {topic} exceeds the broker's or producer's size limit "
@@ -132,7 +188,3 @@ def _too_large(topic: str, size: int) -> DataError:
         "max.message.bytes with -T max.message.bytes=N (the capture applies -T settings to its "
         "existing topics when it starts)"
     )
-
-
-def _raise(error: DataError) -> None:
-    raise BottlerError(str(error))

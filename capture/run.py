@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 
 from confluent_kafka.admin import AdminClient
 
-from capture import metrics, snapshot, source, state, topics
+from capture import metrics, slot_health, snapshot, source, state, topics
 from capture.control import ControlEvents
+from capture.dead_letters import ErrorPolicy, OnError
 from capture.pgoutput import lsn_to_str, str_to_lsn
 from capture.publication import Publications, Watcher
-from capture.publisher import DataError, Publisher
+from capture.publisher import Publisher, producer_config
 from capture.registrar import Registrar
 from capture.settings import CaptureSettings
 from capture.slot import create_slot, drop_slot
@@ -34,18 +35,26 @@ def run_capture(settings: CaptureSettings, stop: threading.Event | None = None) 
     log.info("capture: %s → %s (slot %s, publication %s, %s)", redact(s.postgres), s.broker,
              s.slot, s.publication_name, s.output_format)
     if s.metrics_port:
-        metrics.serve(s.metrics_port, s.metrics_host, s.postgres, s.slot)
-
+        metrics.serve(s.metrics_port, s.metrics_host)
+    watch = slot_health.SlotWatch(s.postgres, s.slot, s.slot_warn_retained_mb * slot_health.MIB,
+                                  s.slot_warn_safe_mb * slot_health.MIB).start()
     catalog = source.session_connect(s.postgres, autocommit=True)
     try:
         _run(s, catalog, stop)
     finally:
         catalog.close()
+        watch.stop()
 
 
 def _run(s: CaptureSettings, catalog, stop: threading.Event) -> None:
     # Every check runs before anything is created: the database, Kafka, the registry, the tables.
     source.preflight(catalog, s.slot)
+    lost = slot_health.is_lost(catalog, s.slot)
+    if lost and not s.recover_lost_slot:
+        raise slot_health.lost_slot_error(s.slot)
+    if lost and s.skip_snapshot:
+        raise BottlerError("--recover-lost-slot snapshots every table again: it cannot be "
+                           "combined with --skip-snapshot", "drop --skip-snapshot")
     # Kafka and the registry are checked before anything is created in the database.
     check_broker(s.kafka)  # a wrong property fails here, in one line
     admin = AdminClient({**s.kafka, "log_level": 2})
@@ -57,6 +66,8 @@ def _run(s: CaptureSettings, catalog, stop: threading.Event) -> None:
     source.check_toast(catalog, published, s.replica_identity_full)
     control = ControlEvents(s.topic_prefix, s.output_format, registrar)
     progress = state.CaptureState(s.broker, s.topic_prefix, s.kafka_config)
+    if lost:
+        slot_health.recover(s, admin, control, published)
     try:
         _start_and_stream(s, catalog, stop, admin, registrar, publications, control, progress)
     finally:
@@ -72,6 +83,10 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, admin:
         # Control events must outlive every table message they refer to: no time-based deletion.
         topics.ensure_topics(admin, [], control.topics, created=undo.topics,
                              config={**s.topic_config, "retention.ms": "-1"})
+        on_error = OnError.of(s.on_error, s.topic_prefix, s.slot)
+        if on_error.mode == "dead-letter":
+            topics.ensure_topics(admin, [], [on_error.topic], created=undo.topics,
+                                 config=on_error.topic_config(s.topic_config))
         tables = Tables(catalog, registrar, admin, s.topic_prefix, s.output_format,
                         s.allow_unkeyed, s.topic_config, s.temporal_mode)
         tables.created_topics = undo.topics
@@ -94,8 +109,9 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, admin:
         else:
             undo.publications += publications.create(with_tables=True)
             job = _new_slot(s, progress, tables, publications, undo)
-    publisher = Publisher(s.broker, s.kafka_config, on_data_error=_policy(s.on_error))
-    if job is not None and not _copy(s, job, progress, recorded, stop):
+    kafka_config = producer_config(s.kafka_config, s.topic_config)
+    publisher = Publisher(s.broker, kafka_config, ErrorPolicy(on_error, s.broker, kafka_config))
+    if job is not None and not _copy(s, job, progress, recorded, stop, on_error, kafka_config):
         return
     metrics.SNAPSHOT_DONE.set(1)  # copied now, before, or skipped: the stream is what follows
 
@@ -195,7 +211,7 @@ def _plan(s: CaptureSettings, job: SnapshotJob, tables: Tables,
 
 
 def _copy(s: CaptureSettings, job: SnapshotJob, progress: state.CaptureState, recorded: dict,
-          stop: threading.Event) -> bool:
+          stop: threading.Event, on_error: OnError, kafka_config: dict[str, str]) -> bool:
     """Copy the snapshot's chunks, recording each one Kafka acknowledged; False if stopped."""
     def acknowledged(chunk: snapshot.Chunk) -> None:
         progress.record(f"{s.slot}/chunk/{chunk.id}", lsn=job.consistent_lsn)
@@ -203,7 +219,7 @@ def _copy(s: CaptureSettings, job: SnapshotJob, progress: state.CaptureState, re
     try:
         rows = snapshot.copy_tables(
             s.postgres, job.snapshot, job.chunks, job.estimates, s.snapshot_workers,
-            {"bootstrap": s.broker, "extra_config": s.kafka_config}, s.on_error, stop,
+            {"bootstrap": s.broker, "extra_config": kafka_config}, on_error, stop,
             acknowledged,
         )
     finally:
@@ -228,11 +244,3 @@ def _slot_lsn(catalog, slot: str) -> int | None:
     return str_to_lsn(row[0]) if row[0] else 0
 
 
-def _policy(on_error: str):
-    def handle(error: DataError) -> None:
-        if on_error == "exit":
-            raise BottlerError(str(error), "or pass --on-error=log to skip such rows")
-        metrics.DATA_ERRORS.inc()
-        log.error("skipped (--on-error=log): %s", error)
-
-    return handle

@@ -27,7 +27,9 @@ class CaptureSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings, Metr
     slot: str = "bottler"
     output_format: Literal["avro", "json"] = "avro"
     allow_unkeyed: bool = False
-    on_error: Literal["exit", "log"] = "exit"
+    # A stopped capture keeps its slot, which keeps WAL until the source's disk fills: a row
+    # that cannot be published goes to the dead-letter topic rather than stop everything.
+    on_error: Literal["dead-letter", "exit", "log"] = "dead-letter"
     skip_snapshot: bool = False
     topic_config: dict[str, str] = {}
     tables: list[str] = []
@@ -41,6 +43,9 @@ class CaptureSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings, Metr
     # how dates and times are typed in the schemas (schemas/temporal.py): Avro logical types, or
     # plain ints with connect.name annotations that every Avro library reads
     temporal_mode: Literal["logical", "plain"] = "logical"
+    slot_warn_retained_mb: int = Field(10240, ge=1)  # warn when the slot keeps this much WAL
+    slot_warn_safe_mb: int = Field(2048, ge=0)  # ... or is this close to being invalidated
+    recover_lost_slot: bool = False
 
     @field_validator("slot")
     @classmethod

@@ -27,6 +27,7 @@ from rich.progress import (
 from rich.text import Text
 
 from capture import metrics
+from capture.dead_letters import ErrorPolicy, OnError, Row
 from capture.encoding import CodecSpec
 from capture.publisher import DataError, Publisher
 from capture.source import SourceTable, session_connect
@@ -104,7 +105,7 @@ def copy_tables(
     estimates: dict[str, int],
     workers: int,
     producer_config: dict,
-    on_error: str,
+    on_error: OnError,
     stop: threading.Event,
     on_chunk: Callable[[Chunk], None],
 ) -> dict[str, int] | None:
@@ -230,14 +231,10 @@ def _worker_main(parent, dsn, snapshot, producer_config, on_error, tasks, result
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent
     # decides, and ends the workers itself
 
-    def on_data_error(error: DataError) -> None:
-        if on_error == "exit":
-            raise BottlerError(str(error), "or pass --on-error=log to skip such rows")
-        logging.getLogger(__name__).error("skipped: %s", error)
-
+    policy = ErrorPolicy(on_error, producer_config["bootstrap"], producer_config["extra_config"])
     _worker.update(
         dsn=dsn, snapshot=snapshot, progress=results,
-        publisher=Publisher(on_data_error=on_data_error, track=False, **producer_config),
+        publisher=Publisher(policy=policy, track=False, **producer_config),
     )
     gctune.tune()
     while (chunk := tasks.get()) is not None:
@@ -268,9 +265,13 @@ def _copy_chunk(chunk: Chunk) -> int:
                 try:
                     key, value = codec.key(values), codec.value(values)
                 except DataError as error:
-                    publisher.data_error(error)  # raises unless --on-error=log
+                    error.row = Row.of(chunk.spec, values, "snapshot")
+                    publisher.data_error(error)  # raises under --on-error=exit
                     continue
-                publisher.send(codec.topic, key, value)
+                row = None
+                if publisher.at_risk(key, value):  # its text is kept for a dead letter
+                    row = Row.of(chunk.spec, values, "snapshot")
+                publisher.send(codec.topic, key, value, row=row)
                 rows += 1
                 if rows - reported >= PROGRESS_EVERY:
                     publisher.poll(0)

@@ -13,8 +13,9 @@ import psycopg
 import psycopg2
 from confluent_kafka.admin import AdminClient
 
-from capture import metrics, pgoutput, topics
+from capture import metrics, pgoutput, slot_health, topics
 from capture.control import ControlEvents
+from capture.dead_letters import Row
 from capture.pgoutput import UNCHANGED
 from capture.publication import Watcher
 from capture.publisher import DataError, Publisher
@@ -66,7 +67,8 @@ class Streamer:
         self.heartbeats = heartbeats  # a plain autocommit connection to emit heartbeats
         self.heartbeat_interval = heartbeat_interval
         self.transaction_topic = transaction_topic
-        self._skipped_relations: set[int] = set()  # unkeyed tables under --on-error=log
+        # unkeyed tables refused by --on-error: each of their rows follows it too
+        self._skipped_relations: dict[int, pgoutput.Relation] = {}
         self._counts: dict[tuple[str, str], int] = {}
         self._feedback_at = 0.0
         self._batch = None
@@ -93,6 +95,8 @@ class Streamer:
             )
         except psycopg2.Error as exc:
             conn.close()
+            if slot_health.lost_while_streaming(self.dsn, self.slot, exc):
+                raise slot_health.lost_slot_error(self.slot) from None
             raise BottlerError(
                 f"cannot stream from replication slot {self.slot}: "
                 f"{str(exc).strip().splitlines()[0]}",
@@ -122,6 +126,8 @@ class Streamer:
             self.publisher.flush()
             self._feedback(cur, force=True)
         except (psycopg2.Error, psycopg.Error) as exc:
+            if slot_health.lost_while_streaming(self.dsn, self.slot, exc):
+                raise slot_health.lost_slot_error(self.slot) from None
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise BottlerError(
                 f"lost the connection to PostgreSQL while streaming: {redact(reason)}",
@@ -215,9 +221,13 @@ class Streamer:
                         try:
                             key, value = codec.key(values), codec.value(values)
                         except DataError as error:
+                            error.row, error.batch = Row.of(spec, values, "snapshot"), batch
                             self.publisher.data_error(error)
                             continue
-                        self.publisher.send(codec.topic, key, value, batch)
+                        row = None
+                        if self.publisher.at_risk(key, value):  # kept for a dead letter
+                            row = Row.of(spec, values, "snapshot")
+                        self.publisher.send(codec.topic, key, value, batch, row=row)
                         rows += 1
                         if rows % FEEDBACK_EVERY == 0:
                             self.publisher.poll(0)
@@ -265,11 +275,17 @@ class Streamer:
         try:
             self.tables.relation(m)
         except UnkeyedTable as exc:
-            self.publisher.data_error(DataError(str(exc)))  # raises unless --on-error=log
-            self._skipped_relations.add(m.oid)
+            mode = self.publisher.policy.on_error.mode
+            if mode == "exit":
+                self.publisher.data_error(DataError(str(exc)))  # raises
+            log.error("%s; its rows follow --on-error=%s", exc.message, mode)
+            self._skipped_relations[m.oid] = m
+        else:
+            self._skipped_relations.pop(m.oid, None)  # it has a key now
 
     def _change(self, oid: int, key_values, values, op: str) -> None:
         if oid in self._skipped_relations:
+            self._refused_row(self._skipped_relations[oid], key_values, values, op)
             return
         codec = self.tables.by_oid(oid)
         if values is None and not codec.keyed:
@@ -278,27 +294,49 @@ class Streamer:
             key = codec.key(key_values)
             value = None if values is None else codec.value(values)
         except DataError as error:
-            metrics.DATA_ERRORS.inc()
+            error.row, error.batch = self._row(codec, key_values, values, op), self._batch
             self.publisher.data_error(error)
             return
         # Where the change is in the WAL: per key, changes come in increasing LSN (a row's
         # writers wait for each other's commits), so a consumer can tell a replayed old
         # change from a new one (the translators' keyed state does).
         headers = [("bottler.lsn", b"%d" % self._lsn), ("bottler.commit_time", self._commit_time)]
-        self._send(codec.topic, key, value, headers)
+        row = None
+        if self.publisher.at_risk(key, value):  # Kafka may refuse it: kept for a dead letter
+            row = self._row(codec, key_values, values, op)
+        self.publisher.send(codec.topic, key, value, self._batch, headers, row)
         self._count(codec.qualified, op)
+
+    def _row(self, codec, key_values, values, op: str) -> Row:
+        """The change as PostgreSQL sent it, for its dead letter."""
+        return Row.of(codec.spec, key_values if values is None else values, op, self._lsn,
+                      self._commit_time)
+
+    def _refused_row(self, m: pgoutput.Relation, key_values, values, op: str) -> None:
+        """A row of a table the capture refused (no key): it follows --on-error as well."""
+        error = DataError(f"table {m.namespace}.{m.name} has no primary key or replica-identity "
+                          "index, and --allow-unkeyed is off")
+        error.row = Row(f"{m.namespace}.{m.name}", None, tuple(c.name for c in m.columns), (),
+                        key_values if values is None else values, op, self._lsn,
+                        self._commit_time)
+        error.batch = self._batch
+        self.publisher.data_error(error)
 
     def _update(self, m: pgoutput.Update) -> None:
         new = m.new
         if UNCHANGED in new:
             if m.old is None or m.old_is_key:
+                if m.relation_oid in self._skipped_relations:
+                    self._change(m.relation_oid, new, new, "update")
+                    return
                 codec = self.tables.by_oid(m.relation_oid)
-                metrics.DATA_ERRORS.inc()
-                self.publisher.data_error(DataError(
+                error = DataError(
                     f"an update of {codec.qualified} left TOASTed columns untouched and the "
                     "table does not have REPLICA IDENTITY FULL, so the complete row is not in "
                     f"the WAL; run ALTER TABLE {codec.qualified} REPLICA IDENTITY FULL"
-                ))
+                )
+                error.row, error.batch = self._row(codec, new, new, "update"), self._batch
+                self.publisher.data_error(error)
                 return
             new = tuple(o if n is UNCHANGED else n for n, o in zip(new, m.old, strict=True))
         if m.old is not None and m.relation_oid not in self._skipped_relations:

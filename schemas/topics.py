@@ -13,6 +13,7 @@ TRANSACTIONS = CONTROL + "transactions"
 HEARTBEAT = CONTROL + "heartbeat"
 STATE = CONTROL + "capture"  # the capture's progress per slot
 DEAD_LETTER = CONTROL + "dead-letter"  # messages a materializer could not apply
+CAPTURE_DEAD_LETTER = CONTROL + "capture-dead-letter"  # rows the capture could not publish
 
 
 def with_prefix(prefix: str, name: str) -> str:

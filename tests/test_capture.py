@@ -127,7 +127,7 @@ def test_replica_identity_full_is_set_on_request(stack, source, prefix, start):
     capture.stop()
 
 
-def test_unchanged_toast_without_full_identity_stops_instead_of_publishing_a_placeholder(
+def test_unchanged_toast_without_full_identity_never_publishes_a_placeholder(
     stack, source, prefix, start
 ):
     big = "y" * 20_000
@@ -137,9 +137,19 @@ def test_unchanged_toast_without_full_identity_stops_instead_of_publishing_a_pla
         "alter table docs alter column body set storage external",
         f"insert into docs values (1, 0, '{big}')",
     )
-    capture = start()
+    capture = start()  # --on-error dead-letter: the update goes there, without the value
     topic_state(stack, f"{prefix}.docs", 1)
     execute(source, "update docs set small = 1 where id = 1")
+    [letter] = wait_for(lambda: read_topic_or_none(stack, f"{prefix}._bottler.capture-dead-letter"),
+                        30, "the dead letter")
+    letter = json.loads(letter.value())
+    assert letter["op"] == "update" and letter["unchanged"] == ["body"]
+    assert letter["columns"] == {"id": "1", "small": "1", "body": None}
+    assert "REPLICA IDENTITY FULL" in letter["reason"]
+    capture.stop()
+
+    capture = start(on_error="exit")
+    execute(source, "update docs set small = 2 where id = 1")
     error = capture.wait_failed()
     assert isinstance(error, BottlerError)
     assert "REPLICA IDENTITY FULL" in str(error)
@@ -205,7 +215,7 @@ def test_oversized_rows_follow_the_error_policy(stack, source, prefix, start):
     capture.stop()
 
     execute(source, f"insert into t values (3, '{'z' * 5000}')")
-    error = start(kafka_config=limits).wait_failed()  # default policy: exit
+    error = start(kafka_config=limits, on_error="exit").wait_failed()
     assert "message.max.bytes" in str(error)
 
 

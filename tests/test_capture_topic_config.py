@@ -31,7 +31,7 @@ def test_following_the_oversized_row_hint_lets_the_row_through(stack, source, pr
     execute(source, "insert into docs select 2, string_agg(md5(g::text), '')"
                     " from generate_series(1, 60000) g")
     producer_allows = {"message.max.bytes": BIG}
-    failed = start(kafka_config=producer_allows).wait_failed()
+    failed = start(kafka_config=producer_allows, on_error="exit").wait_failed()
     assert "-T max.message.bytes=N" in str(failed), failed
 
     start(kafka_config=producer_allows, topic_config={"max.message.bytes": BIG})

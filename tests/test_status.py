@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from capture.metrics import SlotProbe
+from capture.slot_health import SlotProbe
 from compose.stack import isolated_stack
 from tests.support import rows, wait_for
 

@@ -42,6 +42,7 @@ class Capture:
     snapshot_rows: int  # rows copied by this process's snapshot (0 when it resumed a slot)
     events: int  # change events streamed since the process started
     lag_bytes: int  # WAL the server sent that is not confirmed yet
+    dead_letters: int = 0  # rows sent to the capture's dead-letter topic since it started
 
     @property
     def state(self) -> str:

@@ -47,6 +47,7 @@ def _capture(app: str, samples) -> Capture | None:
         snapshot_rows=int(values["bottler_capture_snapshot_rows"]),
         events=int(values["bottler_capture_events_total"]),
         lag_bytes=int(values["bottler_capture_lag_bytes"]),
+        dead_letters=int(values["bottler_capture_dead_letters_total"]),
     )
 
 

@@ -70,8 +70,9 @@ def _processes(snap: Snapshot) -> RenderableType:
             c = app.capture
             done = (f"{_count(c.events)} events" if c.snapshot_complete
                     else f"{_count(c.snapshot_rows)} rows copied")
+            letters = Text(_count(c.dead_letters), "bold red" if c.dead_letters else "")
             table.add_row(app.name, "capture", _state(c.state), f"{_bytes(c.lag_bytes)} WAL",
-                          done, "-", url)
+                          done, letters, url)
         for m in app.materializers:
             letters = Text(_count(m.dead_letters), "bold red" if m.dead_letters else "")
             table.add_row(app.name, m.name, _state(m.state), f"{_count(m.total_lag)} messages",
