@@ -1,4 +1,5 @@
-"""`bottler capture` (Bottled Water's flags, long and short) and `bottler slot status|drop`."""
+"""`bottler capture` (Bottled Water's flags, long and short), `bottler capture snapshot` and
+`bottler slot status|drop`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from common.errors import BottlerError
 from common.signals import stop_on_signals
 
 slot_app = typer.Typer(no_args_is_help=True, help="Replication slots of the source database.")
+# `bottler capture` runs the capture; `bottler capture snapshot` asks a running one for a table.
+capture_app = typer.Typer(invoke_without_command=True)
 out = Console()
 
 DsnOption = typer.Option(None, "--postgres", "-d", help="Source database DSN "
@@ -33,7 +36,9 @@ def _props(pairs: list[str] | None, flag: str) -> dict[str, str]:
     return props
 
 
+@capture_app.callback(invoke_without_command=True)
 def capture(
+    ctx: typer.Context,
     postgres: str | None = DsnOption,
     slot: str | None = typer.Option(None, "--slot", "-s", help="Replication slot name "
                                     "[default: bottler]", show_default=False),
@@ -66,6 +71,9 @@ def capture(
         None, "--snapshot-chunk-pages",
         help="Pages (8 kB) per snapshot chunk: the unit a restarted snapshot resumes from "
              "[default: 2000]"),
+    incremental_chunk_rows: int | None = typer.Option(
+        None, "--incremental-chunk-rows",
+        help="Rows per chunk of an incremental snapshot [default: 10000]"),
     metrics_port: int | None = typer.Option(None, "--metrics-port",
                                             help="Serve Prometheus metrics on this port."),
     metrics_host: str | None = typer.Option(
@@ -84,6 +92,8 @@ def capture(
     config: Path | None = typer.Option(None, "--config", help="YAML file of these settings."),
 ) -> None:
     """Snapshot the source database, then stream its changes into Kafka, one topic per table."""
+    if ctx.invoked_subcommand:
+        return
     from capture.run import run_capture
     from capture.settings import load_settings
 
@@ -94,7 +104,7 @@ def capture(
         topic_prefix=topic_prefix, on_error=on_error, skip_snapshot=skip_snapshot or None,
         kafka_config=_props(kafka_config, "-C"), topic_config=_props(topic_config, "-T"),
         tables=names, publication=publication, snapshot_workers=snapshot_workers,
-        snapshot_chunk_pages=snapshot_chunk_pages,
+        snapshot_chunk_pages=snapshot_chunk_pages, incremental_chunk_rows=incremental_chunk_rows,
         metrics_port=metrics_port, metrics_host=metrics_host,
         heartbeat_interval=heartbeat_interval,
         confirm_delay=confirm_delay,
@@ -103,6 +113,24 @@ def capture(
     )
     stop = stop_on_signals()
     run_capture(settings, stop)
+
+
+@capture_app.command("snapshot")
+def snapshot_cmd(
+    tables: list[str] = typer.Argument(..., help="Tables to re-publish (schema.table; public. "
+                                       "may be omitted)", show_default=False),
+    postgres: str | None = DsnOption,
+    slot: str = typer.Option("bottler", "--slot", "-s", envvar="BOTTLER_SLOT",
+                             help="The capture's replication slot."),
+) -> None:
+    """Ask the capture of SLOT to re-publish tables, in chunks, while it streams."""
+    from capture.signal import request_snapshot
+
+    for table in tables:
+        lsn, qualified = request_snapshot(_dsn(postgres), slot, table)
+        out.print(f"requested an incremental snapshot of {qualified} from the capture of slot "
+                  f"{slot} (at WAL position {lsn}); it starts as soon as the capture streams "
+                  "past that position (its log says when it completes)")
 
 
 def _dsn(postgres: str | None) -> str:

@@ -30,7 +30,8 @@ FLAGS = {
     "on_error": "--on-error", "skip_snapshot": "--skip-snapshot", "kafka_config": "-C",
     "topic_config": "-T", "tables": "--tables", "publication": "--publication",
     "snapshot_workers": "--snapshot-workers",
-    "snapshot_chunk_pages": "--snapshot-chunk-pages", "metrics_port": "--metrics-port",
+    "snapshot_chunk_pages": "--snapshot-chunk-pages",
+    "incremental_chunk_rows": "--incremental-chunk-rows", "metrics_port": "--metrics-port",
     "metrics_host": "--metrics-host",
     "heartbeat_interval": "--heartbeat-interval", "transaction_topic": "--transaction-topic",
     "confirm_delay": "--confirm-delay",
@@ -69,6 +70,7 @@ class CaptureSettings(BaseSettings):
     publication: str | None = None  # default: one named after the slot, created if missing
     snapshot_workers: int = Field(2, ge=1, le=64)
     snapshot_chunk_pages: int = Field(2000, ge=1)  # 8 kB pages: ~16 MB of table per chunk
+    incremental_chunk_rows: int = Field(10_000, ge=1)  # rows an incremental snapshot reads at once
     metrics_port: int | None = Field(None, ge=0, le=65535)
     metrics_host: str = "127.0.0.1"  # loopback unless asked (a container passes 0.0.0.0)
     heartbeat_interval: float = Field(10.0, gt=0)
