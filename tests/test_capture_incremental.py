@@ -162,7 +162,8 @@ def test_incremental_snapshot_under_writes_survives_kill_9(stack, source, target
             return "incremental snapshot of public.orders complete" in log_path.read_text()
 
         wait_for(complete, 180, "the incremental snapshot to complete")
-        assert state.read(key) is None  # its progress is removed once done
+        # its progress is removed once the last chunk is confirmed
+        wait_for(lambda: state.read(key) is None, 30, "the snapshot's progress to be removed")
         writer.stopped.set()
         writer.join(30)
         assert writer.commits > 50, writer.commits
