@@ -41,7 +41,7 @@ from capture.publisher import DataError
 from capture.snapshot import Chunk
 from capture.source import SourceTable, describe_oids, session_connect
 from capture.state import CaptureState
-from capture.tables import Tables
+from capture.tables import Tables, UnkeyedTable
 
 log = logging.getLogger(__name__)
 
@@ -189,10 +189,13 @@ class IncrementalSnapshots:
             snapshot = conn.execute("select pg_current_snapshot()::text").fetchone()[0]
             found = describe_oids(conn, [request.oid])
             window = self._read(conn, request, found[0], window_id, snapshot) if found else None
+            gone = "it is gone (dropped?)"
+        except UnkeyedTable:
+            window, gone = None, "it has no key any more (and --allow-unkeyed is off)"
         finally:
             conn.execute("commit")
         if window is None:
-            log.warning("%s is gone (dropped?): its incremental snapshot ends", request.table)
+            log.warning("the incremental snapshot of %s ends: %s", request.table, gone)
             self._finish(request, durable=True)
             return
         self._emit(conn, window_id, "high")
