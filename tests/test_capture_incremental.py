@@ -22,6 +22,7 @@ from capture.state import CaptureState
 from materializers.core import Materializer
 from materializers.postgres import PostgresSink
 from tests.support import (
+    Decoder,
     execute,
     fresh_database,
     read_topic,
@@ -218,3 +219,22 @@ def test_requests_for_other_slots_and_unknown_messages_are_ignored(stack, source
         f"{prefix}/incremental/public.quiet") is None, 30, "the request to be done")
     # the streamed insert, then the snapshot's two rows: the other slot's request did nothing
     assert len(read_topic(stack.kafka, f"{prefix}.quiet")) == 3
+
+
+def test_an_unkeyed_table_is_republished_by_page_ranges(stack, source, prefix, start):
+    execute(source, "create table loose (v int)",
+            "insert into loose select g from generate_series(1, 500) g")
+    start(skip_snapshot=True, allow_unkeyed=True, incremental_chunk_rows=100)  # 2 pages a chunk
+    wait_streaming(source, prefix)
+    asked = bottler("capture", "snapshot", "loose", "-d", source, "-s", prefix)
+    assert asked.returncode == 0, asked.stderr
+    decoder = Decoder(stack.registry_url)
+
+    def published():
+        try:
+            values = [decoder.value(m)["v"] for m in read_topic(stack.kafka, f"{prefix}.loose")]
+        except KeyError:  # no topic yet
+            return None
+        return values if len(values) >= 500 else None
+
+    assert sorted(wait_for(published, 60, "the unkeyed table's rows")) == list(range(1, 501))
