@@ -62,10 +62,13 @@ class Request:
     rows: int = 0
     chunks: int = 0
     since: float = field(default_factory=time.time)  # requests run in the order they came
+    until: list[str] | None = None  # keyed: the largest key when the first chunk was read;
+    # rows above it were inserted later, so the stream has them (the snapshot does not chase them)
 
     def state(self) -> dict:
         return {"oid": self.oid, "table": self.table, "position": self.position,
-                "rows": self.rows, "chunks": self.chunks, "since": self.since}
+                "rows": self.rows, "chunks": self.chunks, "since": self.since,
+                "until": self.until}
 
 
 @dataclass
@@ -118,7 +121,7 @@ class IncrementalSnapshots:
         prefix = f"{self.slot}/incremental/"
         self.queue = sorted(
             (Request(v["oid"], v["table"], v.get("position"), v.get("rows", 0),
-                     v.get("chunks", 0), v.get("since", 0))
+                     v.get("chunks", 0), v.get("since", 0), v.get("until"))
              for k, v in recorded.items() if k.startswith(prefix)),
             key=lambda r: r.since)
         for r in self.queue:
@@ -285,7 +288,9 @@ class IncrementalSnapshots:
         spec = codec.spec
         rows: dict = {}
         if spec.key_columns:
-            query, position, last = self._key_range(spec, table, request.position)
+            if request.position is None:
+                request.until = self._largest_key(conn, spec, table)
+            query, position, last = self._key_range(spec, table, request.position, request.until)
         else:
             query, position, last = self._page_range(conn, spec, table, request.position)
         count = 0
@@ -306,20 +311,35 @@ class IncrementalSnapshots:
         return Window(window_id, request, codec, rows, position, last, int(xmin), int(xmax),
                       frozenset(int(x) for x in xip.split(",") if x))
 
-    def _key_range(self, spec, table: SourceTable, after: list[str] | None):
-        """The next ``chunk_rows`` rows in key order, after the last key published."""
+    def _key_range(self, spec, table: SourceTable, after: list[str] | None,
+                   until: list[str] | None):
+        """The next ``chunk_rows`` rows in key order, after the last key published, up to the
+        largest key there was."""
         columns = sql.SQL(", ").join(sql.Identifier(c.name) for c in spec.columns)
-        keys = [sql.Identifier(k) for k in spec.key_columns]
-        where = sql.SQL("")
+        keys = sql.SQL(", ").join(sql.Identifier(k) for k in spec.key_columns)
+        types = {c.name: c.formatted for c in spec.columns}
+
+        def key(values: list[str]) -> sql.Composed:
+            return sql.SQL(", ").join(
+                sql.SQL("{}::{}").format(sql.Literal(v), sql.SQL(types[k]))
+                for k, v in zip(spec.key_columns, values, strict=True))
+
+        where = [sql.SQL("({}) <= ({})").format(keys, key(until))] if until else []
         if after is not None:
-            types = {c.name: c.formatted for c in spec.columns}
-            bound = [sql.SQL("{}::{}").format(sql.Literal(v), sql.SQL(types[k]))
-                     for k, v in zip(spec.key_columns, after, strict=True)]
-            where = sql.SQL(" where ({}) > ({})").format(
-                sql.SQL(", ").join(keys), sql.SQL(", ").join(bound))
+            where.append(sql.SQL("({}) > ({})").format(keys, key(after)))
+        condition = sql.SQL(" where ") + sql.SQL(" and ").join(where) if where else sql.SQL("")
         query = sql.SQL("copy (select {} from {}{} order by {} limit {}) to stdout").format(
-            columns, table.ident, where, sql.SQL(", ").join(keys), sql.Literal(self.chunk_rows))
+            columns, table.ident, condition, keys, sql.Literal(self.chunk_rows))
         return query, after, False
+
+    def _largest_key(self, conn, spec, table: SourceTable) -> list[str] | None:
+        keys = [sql.Identifier(k) for k in spec.key_columns]
+        # aliased: ORDER BY a name would take an output column of that name, the text
+        row = conn.execute(sql.SQL("select {} from {} order by {} limit 1").format(
+            sql.SQL(", ").join(sql.SQL("{}::text as {}").format(k, sql.Identifier(f"k{i}"))
+                               for i, k in enumerate(keys)), table.ident,
+            sql.SQL(", ").join(sql.SQL("{} desc").format(k) for k in keys))).fetchone()
+        return None if row is None else list(row)
 
     def _page_range(self, conn, spec, table: SourceTable, first: int | None):
         """An unkeyed table's next pages (nothing to deduplicate on: its topic keeps every

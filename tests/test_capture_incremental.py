@@ -176,18 +176,27 @@ def test_incremental_snapshot_under_writes_survives_kill_9(stack, source, target
         expected = rows(source, "select id, v, note from orders order by id")
         sink = PostgresSink(target, f"g-{uuid.uuid4().hex[:8]}")
         try:
+            got: list[tuple] = []
+
             def equal():
                 alive(proc)
                 Materializer(sink, bootstrap=stack.kafka, registry=stack.registry_url,
                              group_id=sink.group_id, prefix=prefix, batch_timeout=0.2,
                              progress=False).run_until_caught_up(120)
                 try:
-                    got = rows(target, "select id, v, note from orders order by id")
+                    got[:] = rows(target, "select id, v, note from orders order by id")
                 except psycopg.errors.UndefinedTable:
                     return False
                 return got == expected
 
-            wait_for(equal, 240, "the replica to equal the source")
+            try:
+                wait_for(equal, 90, "the replica to equal the source")
+            except AssertionError:
+                source_rows, replica_rows = set(expected), set(got)
+                raise AssertionError(
+                    f"replica differs: {len(got)} rows, {len(expected)} in the source; only in "
+                    f"the source {sorted(source_rows - replica_rows)[:10]}, only in the replica "
+                    f"{sorted(replica_rows - source_rows)[:10]}") from None
         finally:
             sink.close()
     finally:
