@@ -1,4 +1,5 @@
-"""`bottler capture` (Bottled Water's flags, long and short) and `bottler slot status|drop`."""
+"""`bottler capture` (Bottled Water's flags, long and short), `bottler capture snapshot` and
+`bottler slot status|drop`."""
 
 from __future__ import annotations
 
@@ -16,13 +17,17 @@ from common.options import option
 from common.signals import stop_on_signals
 
 slot_app = typer.Typer(no_args_is_help=True, help="Replication slots of the source database.")
+# `bottler capture` runs the capture; `bottler capture snapshot` asks a running one for a table.
+capture_app = typer.Typer(invoke_without_command=True)
 out = Console()
 
 DsnOption = typer.Option(None, "--postgres", "-d", help="Source database DSN "
                          "[env: BOTTLER_PG_DSN]", show_default=False)
 
 
+@capture_app.callback(invoke_without_command=True)
 def capture(
+    ctx: typer.Context,
     postgres: str | None = DsnOption,
     slot: str | None = option("--slot", "-s", help="Replication slot name [default: bottler]"),
     broker: str | None = options.Broker,
@@ -50,6 +55,9 @@ def capture(
         "--snapshot-chunk-pages",
         help="Pages (8 kB) per snapshot chunk: the unit a restarted snapshot resumes from "
              "[default: 2000]"),
+    incremental_chunk_rows: int | None = option(
+        "--incremental-chunk-rows",
+        help="Rows per chunk of an incremental snapshot [default: 10000]"),
     metrics_port: int | None = options.MetricsPort,
     metrics_host: str | None = options.MetricsHost,
     heartbeat_interval: float | None = option("--heartbeat-interval",
@@ -79,12 +87,32 @@ def capture(
     config_file: Path | None = options.Config,
 ) -> None:
     """Snapshot the source database, then stream its changes into Kafka, one topic per table."""
-    given = dict(locals())  # the flags: first, before anything else is bound here
+    given = {k: v for k, v in locals().items() if k != "ctx"}  # the flags, before anything else
+    if ctx.invoked_subcommand:
+        return
     from capture.run import run_capture
 
     settings = load_settings(**given)
     stop = stop_on_signals()
     run_capture(settings, stop)
+
+
+@capture_app.command("snapshot")
+def snapshot_cmd(
+    tables: list[str] = typer.Argument(..., help="Tables to re-publish (schema.table; public. "
+                                       "may be omitted)", show_default=False),
+    postgres: str | None = DsnOption,
+    slot: str = typer.Option("bottler", "--slot", "-s", envvar="BOTTLER_SLOT",
+                             help="The capture's replication slot."),
+) -> None:
+    """Ask the capture of SLOT to re-publish tables, in chunks, while it streams."""
+    from capture.signal import request_snapshot
+
+    for table in tables:
+        lsn, qualified = request_snapshot(_dsn(postgres), slot, table)
+        out.print(f"requested an incremental snapshot of {qualified} from the capture of slot "
+                  f"{slot} (at WAL position {lsn}); it starts as soon as the capture streams "
+                  "past that position (its log says when it completes)")
 
 
 def _dsn(postgres: str | None) -> str:

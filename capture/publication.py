@@ -260,8 +260,8 @@ def _why(c: Candidate, want: str | None, have: str | None) -> str:
 
 class Watcher:
     """Keeps the managed publications exact while the capture streams: new tables join (the
-    caller copies their rows), tables whose replica identity changed move, and tables that
-    cannot be captured are named once."""
+    caller snapshots them incrementally), tables whose replica identity changed move, and
+    tables that cannot be captured are named once."""
 
     def __init__(self, publications: Publications):
         self.publications = publications

@@ -120,6 +120,7 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, admin:
         heartbeats=catalog, heartbeat_interval=s.heartbeat_interval,
         confirm_delay=s.confirm_delay, transaction_topic=s.transaction_topic,
         watcher=Watcher(publications) if publications.managed else None, progress=progress,
+        chunk_rows=s.incremental_chunk_rows,
     )
     gctune.tune()
     streamer.run(stop)

@@ -1,7 +1,7 @@
 """The capture's own progress, kept in the compacted `_bottler.capture` topic: under the slot's
 name, whether its snapshot is complete (and while it is not, the snapshot's layout, so a restart
 resumes it); under `<slot>/chunk/<id>`, each snapshot chunk Kafka acknowledged; under
-`<slot>/copies`, the tables joining the publication whose rows are being copied."""
+`<slot>/incremental/<schema>.<table>`, each incremental snapshot under way (incremental.py)."""
 
 from __future__ import annotations
 

@@ -16,12 +16,11 @@ from confluent_kafka.admin import AdminClient
 from capture import metrics, pgoutput, slot_health, topics
 from capture.control import ControlEvents
 from capture.dead_letters import Row
+from capture.incremental import SIGNAL_PREFIX, WATERMARK_PREFIX, IncrementalSnapshots
 from capture.pgoutput import UNCHANGED
 from capture.publication import Watcher
 from capture.publisher import DataError, Publisher
 from capture.slot import replication_connect
-from capture.snapshot import Chunk
-from capture.source import describe_oids, session_connect
 from capture.state import CaptureState
 from capture.tables import Tables, UnkeyedTable
 from common.errors import BottlerError
@@ -52,6 +51,7 @@ class Streamer:
         confirm_delay: float = 0.0,
         watcher: Watcher | None = None,
         progress: CaptureState | None = None,
+        chunk_rows: int = 10_000,
     ):
         self.dsn = dsn
         self.slot = slot
@@ -83,6 +83,9 @@ class Streamer:
         # then (the broker's restart makes the idempotent producer fail) publishes them again.
         self.confirm_delay = confirm_delay
         self._acked: deque[tuple[float, int]] = deque()  # (when acknowledged, LSN), in order
+        # Tables re-published in chunks between the stream's transactions (new ones, requests).
+        self.incremental = IncrementalSnapshots(dsn, slot, tables, publications, progress,
+                                                chunk_rows, publisher.data_error)
 
     def run(self, stop: threading.Event) -> None:
         conn = replication_connect(self.dsn)
@@ -106,8 +109,9 @@ class Streamer:
         log.info("streaming from slot %s (publication %s)", self.slot,
                  ", ".join(self.publications))
         handled = 0
+        incremental = self.incremental
         try:
-            self._copy_pending()
+            incremental.load()
             while not stop.is_set():
                 msg = cur.read_message()
                 if msg is not None:
@@ -117,14 +121,20 @@ class Streamer:
                     if handled % FEEDBACK_EVERY == 0:
                         self.publisher.poll(0)
                         self._feedback(cur)
+                    if self._batch is None and incremental.queue and incremental.due():
+                        incremental.read_chunk()
                     continue
                 self.publisher.poll(0)
                 self._feedback(cur)
                 self._maybe_heartbeat()
                 self._maybe_scan_tables()
+                if self._batch is None and incremental.due():
+                    incremental.read_chunk()
+                    continue
                 select.select([conn], [], [], 0.1)
             self.publisher.flush()
             self._feedback(cur, force=True)
+            incremental.close()
         except (psycopg2.Error, psycopg.Error) as exc:
             if slot_health.lost_while_streaming(self.dsn, self.slot, exc):
                 raise slot_health.lost_slot_error(self.slot) from None
@@ -152,6 +162,7 @@ class Streamer:
             cur.send_feedback(flush_lsn=confirmed, write_lsn=confirmed, force=True)
             self.confirmed_sent, self._feedback_at = confirmed, now
             metrics.CONFIRMED_LSN.set(confirmed)
+            self.incremental.confirmed(confirmed)
         metrics.IN_FLIGHT.set(self.tracker.in_flight)
         metrics.LAG_BYTES.set(max(cur.wal_end - confirmed, 0))
 
@@ -184,9 +195,8 @@ class Streamer:
     # -- tables joining the publication -----------------------------------------------------
     def _maybe_scan_tables(self) -> None:
         """New tables (and tables whose replica identity changed) join the capture's
-        publications. Their rows committed before they joined are not in the stream, so they
-        are copied, after the join: the copy and the stream overlap, never miss a row, and the
-        stream's changes, published after the copy, end with each row's latest state."""
+        publications. Their rows committed before they joined are not in the stream: an
+        incremental snapshot publishes them, interleaved with the stream."""
         if self.watcher is None or self._batch is not None:
             return
         now = time.monotonic()
@@ -194,49 +204,8 @@ class Streamer:
             return
         self._scanned_at = now
         joined = self.watcher.changes()
-        if not joined:
-            return
-        if self.progress:  # a crash before the copies are acknowledged redoes them
-            self.progress.write(f"{self.slot}/copies", tables=[c.oid for c in joined])
-        self._copy_tables([c.oid for c in joined])
-
-    def _copy_pending(self) -> None:
-        pending = self.progress.read(f"{self.slot}/copies") if self.progress else None
-        if pending and pending.get("tables"):
-            log.info("copying the rows of tables that joined before the last stop")
-            self._copy_tables(pending["tables"])
-
-    def _copy_tables(self, oids: list[int]) -> None:
-        batch = self.tracker.open()
-        with session_connect(self.dsn) as conn:
-            conn.execute("begin isolation level repeatable read read only")
-            for table in describe_oids(conn, oids):
-                spec = self.tables.spec(table)
-                codec = spec.codec()
-                chunk = Chunk(table.qualified, table.qualified, spec, 0, None)
-                rows = 0
-                with conn.cursor().copy(chunk.query()) as copy:
-                    copy.set_types(["text"] * len(spec.columns))
-                    for values in copy.rows():
-                        try:
-                            key, value = codec.key(values), codec.value(values)
-                        except DataError as error:
-                            error.row, error.batch = Row.of(spec, values, "snapshot"), batch
-                            self.publisher.data_error(error)
-                            continue
-                        row = None
-                        if self.publisher.at_risk(key, value):  # kept for a dead letter
-                            row = Row.of(spec, values, "snapshot")
-                        self.publisher.send(codec.topic, key, value, batch, row=row)
-                        rows += 1
-                        if rows % FEEDBACK_EVERY == 0:
-                            self.publisher.poll(0)
-                log.info("%s joined the capture: copied its %d rows", table.qualified, rows)
-            conn.rollback()
-        self.tracker.seal(batch, 0)
-        self.publisher.flush()
-        if self.progress:
-            self.progress.write(f"{self.slot}/copies", tables=[])
+        if joined:
+            self.incremental.request([c.oid for c in joined], "it joined the capture")
 
     # -- messages --------------------------------------------------------------------------
     def handle(self, m) -> None:
@@ -261,6 +230,7 @@ class Streamer:
                                                     m.commit_time))
             self.tracker.seal(self._batch, m.end_lsn)
             self._batch = None
+            self.incremental.committed(m.end_lsn)
             self._publish_counts()
             self._maybe_scan_tables()  # a busy stream is seldom idle: between transactions
         elif kind is pgoutput.Relation:
@@ -305,6 +275,8 @@ class Streamer:
         if self.publisher.at_risk(key, value):  # Kafka may refuse it: kept for a dead letter
             row = self._row(codec, key_values, values, op)
         self.publisher.send(codec.topic, key, value, self._batch, headers, row)
+        if oid in self.incremental.oids and key is not None:
+            self.incremental.touched(oid, key, self._begin.xid)
         self._count(codec.qualified, op)
 
     def _row(self, codec, key_values, values, op: str) -> Row:
@@ -360,6 +332,7 @@ class Streamer:
             if oid in self._skipped_relations:
                 continue
             codec = self.tables.by_oid(oid)
+            self.incremental.truncated(oid)
             schema, table = codec.spec.qualified
             event = self.control.truncate(
                 codec.topic, schema, table, self._begin.final_lsn, self._begin.commit_time,
@@ -370,8 +343,15 @@ class Streamer:
         self._publish_counts()
 
     def _message(self, m: pgoutput.Message) -> None:
-        if m.prefix != HEARTBEAT_PREFIX:
+        if m.prefix == WATERMARK_PREFIX and m.transactional:
+            for topic, key, value in self.incremental.watermark(m.content):
+                self._send(topic, key, value)
             return
+        if m.prefix == SIGNAL_PREFIX and m.transactional:
+            self.incremental.signal(m.content)
+            return
+        if m.prefix != HEARTBEAT_PREFIX:
+            return  # another tool's message (a migration's fence, say)
         event = self.control.heartbeat(self.slot, m.lsn, m.content.decode())
         if m.transactional:
             self._send(self.control.heartbeat_topic, None, event)

@@ -52,6 +52,20 @@ class Tables:
         """The codec spec of a table known from the catalog (snapshot, start-up)."""
         return self._build(table.oid, table.schema, table.name, table.columns, table.key)
 
+    def codec_for(self, table: SourceTable) -> TableCodec:
+        """The codec of rows read from the catalog's current description (an incremental
+        snapshot's chunk): the stream's while it describes the table the same way; else one
+        for these columns, leaving the stream's codec to follow the stream."""
+        current = self._codecs.get(table.oid)
+        if current is None:
+            self.spec(table)  # not streamed yet: its topic and codec are made now
+            return self._codecs[table.oid]
+        spec = current.spec
+        if _same(spec.columns, table.columns) and spec.key_columns == tuple(table.key):
+            return current
+        return make_spec(table.schema, table.name, spec.topic, table.columns, table.key,
+                         self.fmt, self.registrar).codec()
+
     def by_oid(self, oid: int) -> TableCodec:
         try:
             return self._codecs[oid]

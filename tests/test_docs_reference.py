@@ -27,11 +27,13 @@ SOURCES = ("bottler", "capture", "schemas", "materializers", "compose")
 
 
 def leaf_commands(command=None, path=("bottler",)):
-    """(path, command) for every command that runs something, depth first."""
+    """(path, command) for every command that runs something, depth first: leaves, and groups
+    that run themselves without a subcommand (`bottler capture`)."""
     command = command or typer.main.get_command(app)
     subcommands = getattr(command, "commands", None)
-    if subcommands is None:
+    if subcommands is None or getattr(command, "invoke_without_command", False):
         yield " ".join(path), command
+    if subcommands is None:
         return
     for name, sub in sorted(subcommands.items()):
         yield from leaf_commands(sub, (*path, name))
