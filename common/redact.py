@@ -40,6 +40,7 @@ DSN_FLAGS = {
     "--postgres": "BOTTLER_PG_DSN", "-d": "BOTTLER_PG_DSN",
     "--source": "BOTTLER_PG_DSN", "-s": "BOTTLER_PG_DSN",  # -s: migrate's source (or a slot)
     "--target": "BOTTLER_TARGET_DSN", "-t": "BOTTLER_TARGET_DSN",
+    "--seed-from": "BOTTLER_SEED_DSN",
 }
 
 

@@ -22,7 +22,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -62,6 +62,10 @@ class Materializer:
     all to this one process (a truncate moves every partition of its table topic); the consumer
     group ``group_id`` only keeps committed offsets, for sinks that do not store their own.
 
+    ``skip``: ``skip(message) -> bool``, asked before a message is decoded; a message it
+    skips only moves its partition's position (the replica seeded from a snapshot skips what
+    the snapshot holds: :mod:`materializers.postgres.seeds`).
+
     ``on_poison``: ``"dead-letter"`` sends an undecodable message, or one the sink rejects with
     :class:`RejectedChange`, to ``<prefix>._bottler.dead-letter`` (original key and value, the
     reason in headers) and goes on; ``"stop"`` raises :class:`PoisonMessage`.
@@ -85,11 +89,13 @@ class Materializer:
         progress: bool | None = None,
         consumer_config: dict[str, Any] | None = None,
         name: str | None = None,
+        skip: Callable[[Message], bool] | None = None,
     ):
         self.name = name or group_id
         self.dead_letters = DeadLetters(on_poison, name=self.name, bootstrap=bootstrap,
                                         topic=with_prefix(prefix, DEAD_LETTER))
         self.sink = sink
+        self.skip = skip
         self.bootstrap = bootstrap
         self.group_id = group_id
         self.on_poison = self.dead_letters.policy
@@ -309,6 +315,8 @@ class Materializer:
                 self._behind_us(tp, current, moved, stale)
                 continue
             moved[tp] = offset + 1
+            if self.skip is not None and self.skip(msg):
+                continue  # the sink has it already (a seeded table): only the position moves
             if tp[0] == self.truncate_topic:
                 change = self._truncate(msg, position, moved, stale)
             else:

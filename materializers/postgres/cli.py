@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 from pydantic import Field
@@ -19,6 +20,8 @@ class ReplicaSettings(options.ViewSettings, MetricsSettings):
     once: bool = False
     group_id: str = "bottler-postgres"
     adopt_existing: bool = False
+    seed_from: str | None = Field(None, validation_alias=env("BOTTLER_SEED_DSN"))
+    seed_workers: int = Field(2, ge=1)
 
 
 def materialize_postgres(
@@ -39,6 +42,13 @@ def materialize_postgres(
         "--adopt-existing", default=False,
         help="Write into target tables that already hold rows the replica did not write "
         "(rows with the source's keys are overwritten; other rows and columns are kept)."),
+    seed_from: str | None = option(
+        "--seed-from",
+        help="Source database DSN: copy the captured tables from a snapshot of it straight into"
+        " a new target, then follow the topics from there (the initial copy at pg_dump speed)"
+        " [env: BOTTLER_SEED_DSN]"),
+    seed_workers: int | None = option("--seed-workers", help="Parallel COPY streams of "
+                                      "--seed-from [default: 2] [env: BOTTLER_SEED_WORKERS]"),
     metrics_port: int | None = options.MetricsPort,
     metrics_host: str | None = options.MetricsHost,
     config: Path | None = options.Config,
@@ -46,6 +56,8 @@ def materialize_postgres(
     """Keep a replica of the captured tables in the target database (no foreign keys)."""
     s = load(ReplicaSettings, locals())
     from materializers.core import Materializer
+    from materializers.postgres.seed import Seeder, Stopped
+    from materializers.postgres.seeds import SeedFilter
     from materializers.postgres.sink import PostgresSink
 
     s.check_clients()
@@ -58,6 +70,21 @@ def materialize_postgres(
             topics=s.topics or None, prefix=s.topic_prefix, on_poison=s.on_poison,
             batch_size=s.batch_size,
         )
+        if s.seed_from:
+            stop = stop_on_signals()  # a stopped seed is copied again by the next start
+            try:
+                Seeder(s.seed_from, sink, materializer.decoder, bootstrap=s.kafka,
+                       prefix=s.topic_prefix, is_table_topic=materializer.is_table_topic,
+                       workers=s.seed_workers, stop=stop).run()
+            except Stopped:
+                return
+            if s.once:  # --once stops as it always does: on the signal itself
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        seeded = sink.seeded_tables()
+        if seeded:  # whether or not --seed-from is given now: what the seed holds is skipped
+            materializer.skip = SeedFilter(seeded, materializer.truncate_topic,
+                                           materializer.decoder)
         if s.once:
             materializer.run_until_caught_up()
             return

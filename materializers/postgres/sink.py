@@ -26,7 +26,7 @@ import psycopg
 from common.pg import connect
 from materializers.core.changes import Change, TableId, TopicPartition
 from materializers.core.sink import Offsets, RejectedChange
-from materializers.postgres import ownership
+from materializers.postgres import ownership, seeds
 from materializers.postgres.ddl import (
     ColumnShape,
     TableShape,
@@ -98,7 +98,14 @@ def _stored(conn: psycopg.Connection, group_id: str,
         'select topic, "partition", next_offset from bottler.offsets where group_id = %s',
         (group_id,),
     ).fetchall()
-    return {(t, p): o for t, p, o in rows if (t, p) in wanted}
+    stored = {(t, p): o for t, p, o in rows if (t, p) in wanted}
+    if conn.execute("select to_regclass('bottler.seeds') is not null").fetchone()[0]:
+        seeded = seeds.load(conn, group_id)
+        for topic, partition in wanted - stored.keys():  # a seeded table's first read
+            start = seeded[topic].start_offsets.get(partition) if topic in seeded else None
+            if start:
+                stored[(topic, partition)] = start
+    return stored
 
 
 class PostgresSink:
@@ -168,6 +175,27 @@ class PostgresSink:
             self._reset()
             raise
         self.flushes += 1
+
+    def seeded_tables(self) -> dict[str, seeds.Seeded]:
+        """The tables a seed copied into the target, by topic (see :mod:`.seeds`)."""
+        self._reset()
+        seeded = seeds.load(self._conn, self.group_id)
+        self._conn.rollback()
+        return seeded
+
+    def prepare_seed(self, table_id: TableId, value_schema_id: int, value_schema: dict,
+                     key_schema: dict) -> list[tuple[str, str]]:
+        """Create (or adopt, or evolve) ``table_id`` for the value schema a seed copies rows
+        of, as the first message of that schema would; returns its ``(column, target type)``
+        in the schema's field order. The transaction stays open: ``flush`` commits it."""
+        try:
+            segment = _Segment(table_id, value_schema, value_schema_id, key_schema)
+            table = self._table(segment)
+            types = {c.name: c.type for c in table.shape.columns}
+            return [(col, types[col]) for _, col, _ in table.fields]
+        except BaseException:
+            self._reset()
+            raise
 
     def close(self) -> None:
         if not self._conn.closed:
@@ -432,7 +460,7 @@ class PostgresSink:
             self._conn.execute(statement)
         self._conn.commit()
         with self._conn.transaction():
-            for statement in OFFSETS_DDL + ownership.OWNERSHIP_DDL:
+            for statement in OFFSETS_DDL + ownership.OWNERSHIP_DDL + seeds.SEEDS_DDL:
                 self._conn.execute(statement)
 
     def _reset(self) -> None:

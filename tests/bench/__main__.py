@@ -20,6 +20,7 @@ from compose.stack import isolated_stack
 from tests.bench import ceilings, data, pyspy
 from tests.bench.kafka import delete_topics, expect_messages
 from tests.bench.latency import latency
+from tests.bench.migration import migration
 from tests.bench.procs import SNAPSHOT_DONE, CaptureProcess, running
 from tests.bench.replica import replica
 from tests.bench.report import (
@@ -72,6 +73,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="sample the capture with py-spy into DIR (see tests/bench/pyspy.py)")
     parser.add_argument("--replica-only", action="store_true",
                         help="only the target-Postgres replica's figures (and their ceiling)")
+    parser.add_argument("--migration-only", action="store_true",
+                        help="only the migration figures: the initial copy against pg_dump | "
+                             "psql, the cutover's downtime, the verify rate")
     args = parser.parse_args(argv)
     rows = args.rows
     header = [code_line(), machine_line() + " at the start"]
@@ -90,9 +94,12 @@ def main(argv: list[str] | None = None) -> None:
 
         if args.replica_only:
             figures += _replica(ep, env, SNAPSHOT_TABLE, rows, cpu_roots, args.profile)
+        elif args.migration_only:
+            figures += migration(ep.pg_dsn, ep.kafka, env, SNAPSHOT_TABLE, rows, cpu_roots)
         else:
             figures += _capture(ep, env, rows, cpu_roots, args.profile)
             figures += _search(ep, env, SNAPSHOT_TABLE, rows, cpu_roots)
+            figures += migration(ep.pg_dsn, ep.kafka, env, SNAPSHOT_TABLE, rows, cpu_roots)
             # last on this table: its lag run inserts more rows into it
             figures += _replica(ep, env, SNAPSHOT_TABLE, rows, cpu_roots, args.profile)
             figures += translator(ep.pg_dsn, ep.kafka, env, rows, cpu_roots, say=say)
@@ -101,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
                 scaling += _scale(ep, env, size, cpu_roots)
             say("broker ceiling")
             figures.append(ceilings.broker_produce(ep.kafka, cpu_roots["broker"]))
-    if not args.replica_only:
+    if not (args.replica_only or args.migration_only):
         say(f"warehouse: MERGE of {rows // 10:,} changes into a {rows:,}-row Delta table")
         figures += warehouse(rows, rows // 10, say=say)
     header.append(machine_line() + f" at the end; {time.monotonic() - started:.0f} s in all")

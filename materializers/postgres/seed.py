@@ -1,0 +1,464 @@
+"""The replica's initial copy from the source itself (``--seed-from``): each captured table
+COPYed from a snapshot of the source straight into the target, in parallel page ranges, at
+``pg_dump`` speed; the topics then take over where the snapshot ends
+(:mod:`materializers.postgres.seeds` says why nothing is applied twice or missed).
+
+Steps, once per target and consumer group (a target with offsets stored already is not seeded):
+
+1. **Plan.** Wait until the capture has made its slot and its topics (its progress record in
+   ``_bottler.capture``), then record in ``bottler.seeds`` every table topic to seed (state
+   ``copying``) or not (``not seeded``, with the reason: unkeyed, the target table holds rows).
+   The set is fixed here: tables that join the capture later are read from their topics.
+2. **Snapshot.** The topics' end offsets, then the source's WAL insert position B, then a
+   temporary logical slot exporting a snapshot (consistent point S ≥ B), imported by every
+   worker; the slot goes as soon as they hold the snapshot.
+3. **Copy.** Per table: the source's columns in the snapshot checked against the topic's value
+   schema of that moment, the target table made by the replica's own rules (created, or adopted
+   when empty), emptied (rows of an earlier, unfinished attempt), then its pages cut into
+   ranges that the workers stream ``COPY (SELECT … WHERE ctid …) TO STDOUT`` → ``COPY … FROM
+   STDIN``, text format, a transaction per range. The range that completes a table also marks
+   it ``done`` with B, S and the offsets, in its own transaction.
+
+A crash or a stop leaves some tables ``copying``: the next start empties them and copies them
+again under a new snapshot; ``done`` tables keep theirs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import psycopg
+from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+from common.errors import BottlerError
+from common.pg import connect
+from common.redact import redact
+from materializers.core.changes import TableId, table_of
+from materializers.core.decode import Decoder
+from materializers.postgres.ddl import qualified, quote
+from materializers.postgres.seeds import COPYING, DONE, NOT_SEEDED
+from materializers.postgres.sink import APPLICATION_NAME, PostgresSink
+from schemas.pgtypes import session_statements
+from schemas.topics import STATE, with_prefix
+
+log = logging.getLogger(__name__)
+
+SEED_WORKERS = 2  # parallel COPY streams: about the best on 2 cores (docs/migration.md)
+CHUNK_PAGES = 2048  # 8 kB pages per range: 16 MB, a fraction of a second to copy
+CAPTURE_WAIT_LOG = 10.0  # seconds between "waiting for the capture" lines
+
+
+class Stopped(Exception):  # noqa: N818 - a stop request, not an error
+    """A stop was requested during the seed: unfinished tables are copied again next time."""
+
+
+@dataclass
+class _Table:
+    topic: str
+    id: TableId
+    columns: list[str] = field(default_factory=list)
+    chunks: int = 0
+    rows: int = 0
+    failed: str | None = None
+
+
+class Seeder:
+    """Seeds the target of ``sink`` from ``source_dsn``; see the module's docstring."""
+
+    def __init__(self, source_dsn: str, sink: PostgresSink, decoder: Decoder, *,
+                 bootstrap: str, prefix: str, is_table_topic, workers: int = SEED_WORKERS,
+                 stop: threading.Event | None = None):
+        if workers < 1:
+            raise ValueError(f"seed workers must be at least 1, not {workers}")
+        self.source_dsn = source_dsn
+        self.sink = sink
+        self.decoder = decoder
+        self.bootstrap = bootstrap
+        self.prefix = prefix
+        self.is_table_topic = is_table_topic
+        self.workers = workers
+        self.stop = stop or threading.Event()
+        self.group_id = sink.group_id
+        self.rows = 0  # rows copied by this run
+
+    def run(self) -> None:
+        """Seed what is still to seed; returns at once for a target seeded (or run) before.
+        Raises :class:`Stopped` if the stop event is set meanwhile."""
+        with self._target() as conn:
+            recorded = conn.execute(
+                "select topic, schema_name, table_name, state from bottler.seeds"
+                " where group_id = %s", (self.group_id,)).fetchall()
+            if not recorded:
+                stored = conn.execute("select 1 from bottler.offsets where group_id = %s"
+                                      " limit 1", (self.group_id,)).fetchone()
+                if stored:
+                    log.info("seed: the replica has stored offsets in this target already"
+                             " (group %s): not seeded, it goes on from the topics",
+                             self.group_id)
+                    return
+                recorded = self._plan(conn)
+        pending = [_Table(topic, TableId(schema, table))
+                   for topic, schema, table, state in recorded if state == COPYING]
+        if pending:
+            self._copy(pending)
+
+    def _target(self) -> psycopg.Connection:
+        return _session(self.sink.target_dsn)
+
+    def _connect(self, dsn: str) -> psycopg.Connection:
+        return _session(dsn)
+
+    # -- plan ----------------------------------------------------------------------------
+
+    def _plan(self, conn: psycopg.Connection) -> list[tuple]:
+        self._wait_for_capture()
+        rows = []
+        for topic in sorted(self._topics()):
+            schemas = self._latest(topic)
+            if schemas is None:
+                continue  # not a table topic
+            (_, value), key = schemas
+            table = table_of(value)
+            reason = None
+            if key is None:
+                reason = "no primary key"
+            elif _holds_rows(conn, table):
+                reason = "the target table holds rows"
+            rows.append((topic, table.schema, table.table, NOT_SEEDED if reason else COPYING,
+                         reason))
+        with conn.transaction(), conn.cursor() as cur:
+            cur.executemany(
+                "insert into bottler.seeds (group_id, topic, schema_name, table_name,"
+                " state, reason) values (%s, %s, %s, %s, %s, %s)",
+                [(self.group_id, *row) for row in rows])
+        for topic, schema, table, _state, reason in rows:
+            if reason:
+                log.info("seed: %s.%s not seeded (%s): its rows come from %s", schema, table,
+                         reason, topic)
+        log.info("seed: %d of %d tables to copy from the source",
+                 sum(r[3] == COPYING for r in rows), len(rows))
+        return [row[:4] for row in rows]
+
+    def _wait_for_capture(self) -> None:
+        """Until the capture has made its slot and its tables' topics: its progress record
+        names a snapshot with its layout (written after both), or one complete or skipped."""
+        topic = with_prefix(self.prefix, STATE)
+        said = 0.0
+        while not self._capture_ready(topic):
+            if time.monotonic() - said >= CAPTURE_WAIT_LOG:
+                log.info("seed: waiting for the capture (prefix %r) to create its slot and"
+                         " topics (%s)", self.prefix, topic)
+                said = time.monotonic()
+            if self.stop.wait(0.2):
+                raise Stopped()
+
+    def _capture_ready(self, topic: str) -> bool:
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "enable.auto.commit": False,
+                             "group.id": f"bottler-seed-{uuid.uuid4().hex}"})
+        try:
+            tp = KafkaTopicPartition(topic, 0, 0)
+            try:
+                _, high = consumer.get_watermark_offsets(tp, timeout=10)
+            except KafkaException:
+                return False  # no such topic yet
+            if high <= 0:
+                return False
+            consumer.assign([tp])
+            state: dict[str, dict | None] = {}
+            position = 0
+            while position < high:
+                msg = consumer.poll(10)
+                if msg is None or msg.error():
+                    return False
+                position = msg.offset() + 1
+                key = (msg.key() or b"").decode()
+                if "/" not in key:
+                    state[key] = json.loads(msg.value()) if msg.value() else None
+            return any(s and (s.get("snapshot") in ("complete", "skipped") or "layout" in s)
+                       for s in state.values())
+        finally:
+            consumer.close()
+
+    def _topics(self) -> dict[str, list[int]]:
+        """The table topics and their partitions."""
+        consumer = Consumer({"bootstrap.servers": self.bootstrap,
+                             "group.id": f"bottler-seed-{uuid.uuid4().hex}"})
+        try:
+            metadata = consumer.list_topics(timeout=10)
+        finally:
+            consumer.close()
+        return {t: sorted(m.partitions) for t, m in metadata.topics.items()
+                if self.is_table_topic(t)}
+
+    def _latest(self, topic: str) -> tuple[tuple[int, dict], dict | None] | None:
+        """((value schema id, value schema), key schema) of the topic's latest registration;
+        None if it has no value schema of a table."""
+        versions = self._versions(topic)
+        if not versions:
+            return None
+        value = versions[0]
+        if "pg.table" not in value[1]:
+            return None
+        key = self._subject_latest(f"{topic}-key")
+        return value, (key[1] if key else None)
+
+    def _versions(self, topic: str) -> list[tuple[int, dict]]:
+        """The value schemas of ``topic``, newest first, as (id, schema as the loop reads it)."""
+        registry = self.decoder.registry
+        try:
+            numbers = registry.get_versions(f"{topic}-value")
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:
+                return []
+            raise
+        found = []
+        for number in sorted(numbers, reverse=True):
+            registered = registry.get_version(f"{topic}-value", number)
+            found.append((registered.schema_id,
+                          self.decoder.schema(registered.schema_id).schema))
+        return found
+
+    def _subject_latest(self, subject: str) -> tuple[int, dict] | None:
+        try:
+            registered = self.decoder.registry.get_latest_version(subject)
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:
+                return None
+            raise
+        return registered.schema_id, self.decoder.schema(registered.schema_id).schema
+
+    # -- copy ----------------------------------------------------------------------------
+
+    def _copy(self, pending: list[_Table]) -> None:
+        started = time.monotonic()
+        partitions = self._topics()
+        starts = {t.topic: self._end_offsets(t.topic, partitions.get(t.topic, [])) for t in
+                  pending}
+        sources: list[psycopg.Connection] = []
+        targets: list[psycopg.Connection] = []
+        try:
+            skip_below, snapshot_lsn = self._snapshot(sources)
+            log.info("seed: snapshot at %s (copying %d tables with %d workers)",
+                     _lsn_text(snapshot_lsn), len(pending), self.workers)
+            for _ in range(self.workers):
+                targets.append(self._connect(self.sink.target_dsn))
+            chunks = []
+            for table in pending:
+                chunks += self._prepare(sources[0], targets[0], table)
+            done = _Progress(self, skip_below, snapshot_lsn, starts, pending)
+            with ThreadPoolExecutor(self.workers, thread_name_prefix="seed") as pool:
+                queue = list(reversed(chunks))
+                lock = threading.Lock()
+                futures = [pool.submit(self._work, sources[i], targets[i], queue, lock, done)
+                           for i in range(self.workers)]
+                for future in futures:
+                    future.result()
+            done.finish_failed(targets[0])
+        finally:
+            for conn in sources + targets:
+                conn.close()
+        elapsed = time.monotonic() - started
+        log.info("seed: copied %d rows of %d tables in %.1f s (%.0f rows/s)", self.rows,
+                 sum(t.failed is None for t in pending), elapsed,
+                 self.rows / elapsed if elapsed else 0)
+
+    def _end_offsets(self, topic: str, partitions: Sequence[int]) -> dict[int, int]:
+        consumer = Consumer({"bootstrap.servers": self.bootstrap,
+                             "group.id": f"bottler-seed-{uuid.uuid4().hex}"})
+        try:
+            return {p: consumer.get_watermark_offsets(KafkaTopicPartition(topic, p),
+                                                      timeout=10, cached=False)[1]
+                    for p in partitions}
+        finally:
+            consumer.close()
+
+    def _snapshot(self, sources: list[psycopg.Connection]) -> tuple[int, int]:
+        """Fills ``sources`` with worker connections holding one snapshot of the source;
+        returns (B, S): the WAL insert position before the snapshot, its consistent point."""
+        with self._connect(self.source_dsn) as conn:
+            before = conn.execute(
+                "select pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()[0]
+        try:
+            slot = psycopg.connect(self.source_dsn, replication="database", autocommit=True,
+                                   connect_timeout=10, application_name=APPLICATION_NAME)
+        except psycopg.OperationalError as exc:
+            raise BottlerError(
+                f"cannot open a replication connection to {redact(self.source_dsn)} for the"
+                f" seed: {redact(str(exc).strip())}",
+                "the seed needs what the capture needs: a role with REPLICATION and a free"
+                " replication slot (see docs/capture.md)") from None
+        with slot:
+            name = f"bottler_seed_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+            result = slot.pgconn.exec_(
+                f'CREATE_REPLICATION_SLOT "{name}" TEMPORARY LOGICAL pgoutput'
+                " EXPORT_SNAPSHOT".encode())
+            if result.status != psycopg.pq.ExecStatus.TUPLES_OK:
+                raise BottlerError(
+                    "cannot create the seed's temporary replication slot: "
+                    + result.error_message.decode(errors="replace").strip(),
+                    "raise max_replication_slots (and max_wal_senders) by one, or drop an"
+                    " unused slot (bottler slot status)")
+            consistent = _parse_lsn(result.get_value(0, 1).decode())
+            snapshot = result.get_value(0, 2).decode()
+            for _ in range(self.workers):
+                conn = self._connect(self.source_dsn)
+                sources.append(conn)
+                conn.execute("begin isolation level repeatable read read only")
+                conn.execute(f"set transaction snapshot '{snapshot}'")
+        # the slot is gone with its connection: the workers hold the snapshot themselves
+        return int(before), consistent
+
+    def _prepare(self, source: psycopg.Connection, target: psycopg.Connection,
+                 table: _Table) -> list[tuple[_Table, int, int | None]]:
+        """The target table ready and empty, and the page ranges to copy; none if the table
+        cannot be seeded (then marked so, and read from its topic)."""
+        columns = source.execute(
+            "select a.attname, format_type(a.atttypid, a.atttypmod) from pg_attribute a"
+            " where a.attrelid = to_regclass(%s) and a.attnum > 0 and not a.attisdropped"
+            " and a.attgenerated = '' order by a.attnum", (qualified(table.id),)).fetchall()
+        if not columns:
+            table.failed = "the table is not in the source's snapshot"
+            return []
+        versions = self._versions(table.topic)
+        match = next(((i, s) for i, s in versions if _fields(s) == columns), None)
+        key = self._subject_latest(f"{table.topic}-key")
+        if match is None or key is None:
+            table.failed = ("no value schema of its topic has the source's columns"
+                            f" {', '.join(f'{n} {t}' for n, t in columns)}")
+            return []
+        schema_id, schema = match
+        made = self.sink.prepare_seed(table.id, schema_id, schema, key[1])
+        self.sink.flush()
+        source_types = dict(columns)
+        for column, target_type in made:
+            if target_type not in (source_types[column], "text"):
+                table.failed = (f"its column {column} is {target_type} in the target and"
+                                f" {source_types[column]} in the source")
+                return []
+        table.columns = [column for column, _ in made]
+        target.execute(f"truncate {qualified(table.id)}")  # an unfinished attempt's rows
+        target.commit()
+        pages = source.execute(
+            "select pg_relation_size(to_regclass(%s)) / current_setting('block_size')::int",
+            (qualified(table.id),)).fetchone()[0]
+        bounds = list(range(0, max(pages, 1), CHUNK_PAGES))
+        chunks = [(table, lo, lo + CHUNK_PAGES) for lo in bounds]
+        chunks[-1] = (table, bounds[-1], None)  # and whatever lies beyond
+        table.chunks = len(chunks)
+        return chunks
+
+    def _work(self, source: psycopg.Connection, target: psycopg.Connection,
+              queue: list, lock: threading.Lock, done: _Progress) -> None:
+        while True:
+            if self.stop.is_set():
+                raise Stopped()
+            with lock:
+                if not queue:
+                    return
+                table, lo, hi = queue.pop()
+            if table.failed is not None:
+                continue
+            columns = ", ".join(quote(c) for c in table.columns)
+            where = f"ctid >= '({lo},0)'::tid" + (f" and ctid < '({hi},0)'::tid" if hi else "")
+            try:
+                with source.cursor().copy(
+                    f"copy (select {columns} from {qualified(table.id)} where {where})"
+                    " to stdout"
+                ) as out, target.cursor() as cur:
+                    with cur.copy(f"copy {qualified(table.id)} ({columns}) from stdin") as inp:
+                        for data in out:
+                            inp.write(data)
+                    rows = cur.rowcount
+            except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as exc:
+                target.rollback()
+                done.fail(table, f"the target refused its rows: {exc.diag.message_primary}")
+                continue
+            done.chunk(target, table, rows)
+
+
+class _Progress:
+    """Counts each table's ranges as they commit; the last one marks the table done."""
+
+    def __init__(self, seeder: Seeder, skip_below: int, snapshot_lsn: int,
+                 starts: dict[str, dict[int, int]], tables: list[_Table]):
+        self.seeder = seeder
+        self.skip_below = skip_below
+        self.snapshot_lsn = snapshot_lsn
+        self.starts = starts
+        self.tables = tables
+        self.lock = threading.Lock()
+
+    def chunk(self, target: psycopg.Connection, table: _Table, rows: int) -> None:
+        with self.lock:  # held over the commit: exactly one range is the last
+            table.rows += rows
+            self.seeder.rows += rows
+            table.chunks -= 1
+            if table.chunks == 0 and table.failed is None:
+                target.execute(
+                    "update bottler.seeds set state = %s, skip_below = %s, snapshot_lsn = %s,"
+                    " start_offsets = %s, rows = %s, reason = null, seeded_at = now()"
+                    " where group_id = %s and topic = %s",
+                    (DONE, self.skip_below, self.snapshot_lsn,
+                     json.dumps(self.starts[table.topic]), table.rows,
+                     self.seeder.group_id, table.topic))
+            target.commit()
+            if table.chunks == 0 and table.failed is None:
+                log.info("seed: %s: %d rows copied", table.id, table.rows)
+
+    def fail(self, table: _Table, reason: str) -> None:
+        with self.lock:
+            table.failed = table.failed or reason
+
+    def finish_failed(self, target: psycopg.Connection) -> None:
+        """Tables that cannot be seeded are emptied (what ranges copied) and read from their
+        topics, from offset 0."""
+        for table in self.tables:
+            if table.failed is None:
+                continue
+            log.warning("seed: %s not seeded: %s; its rows come from %s", table.id,
+                        table.failed, table.topic)
+            if table.columns:
+                target.execute(f"truncate {qualified(table.id)}")
+            target.execute("update bottler.seeds set state = %s, reason = %s"
+                           " where group_id = %s and topic = %s",
+                           (NOT_SEEDED, table.failed, self.seeder.group_id, table.topic))
+            target.commit()
+
+
+def _fields(schema: dict) -> list[tuple[str, str]]:
+    return [(f.get("pg.name", f["name"]), f.get("pg.type", "")) for f in schema["fields"]]
+
+
+def _holds_rows(conn: psycopg.Connection, table: TableId) -> bool:
+    exists = conn.execute("select to_regclass(%s)", (qualified(table),)).fetchone()[0]
+    held = exists is not None and conn.execute(
+        f"select exists (select from {qualified(table)})").fetchone()[0]
+    conn.rollback()
+    return held
+
+
+def _parse_lsn(text: str) -> int:
+    high, low = text.split("/")
+    return (int(high, 16) << 32) | int(low, 16)
+
+
+def _lsn_text(lsn: int) -> str:
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+def _session(dsn: str) -> psycopg.Connection:
+    conn = connect(dsn, application_name=APPLICATION_NAME)
+    for statement in session_statements():
+        conn.execute(statement)
+    conn.commit()
+    return conn

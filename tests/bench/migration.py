@@ -1,0 +1,237 @@
+"""The migration figures (issue 18), on the snapshot's table (ROWS rows of ~100 B), each against
+its raw ceiling in the same run:
+
+- ``pg_dump | psql``: ``pg_dump --table`` of the table piped into ``psql`` on a fresh database
+  of the same server, timed end to end: what a team would otherwise use for the first copy;
+- initial copy, seeded: a capture (fresh slot and prefix) and ``bottler materialize postgres
+  --seed-from`` started together, timed from the capture's start until the replica logs that
+  its seed is copied (the source is not written to, so the target then equals it: checked by
+  ``migrate verify`` afterwards, not timed); the time until the replica has also read the
+  capture's snapshot from the topics (caught up) is in the note;
+- initial copy, rebuilt from the topics (the path without ``--seed-from``): the same, timed
+  until the target holds every row;
+- cutover downtime: ``bottler migrate cutover`` (in-process) on the seeded pair, the replica
+  stopped when the cutover asks; the window from the fence to the verdict;
+- verify: ``migrate verify`` of the two identical databases against ``COPY … TO STDOUT`` of the
+  table from both databases at once (two connections): reading both sides is verify's floor.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from bottler.migrate import cutover
+from bottler.migrate.status import status
+from bottler.migrate.verify import verify
+from tests.bench.ceilings import drop_slot
+from tests.bench.kafka import delete_topics
+from tests.bench.latency import TOPIC_CONFIG
+from tests.bench.procs import SNAPSHOT_DONE, CaptureProcess, CpuMeter
+from tests.bench.replica import ReplicaProcess
+from tests.bench.report import Figure, Target
+
+PREFIX = "bench_migrate"
+GROUP = "bench-migrate"
+SEED_DONE = r"seed: copied (\d+) rows"
+POLL = 0.1  # seconds between looks at the target's row count (rebuild)
+
+
+def migration(dsn: str, bootstrap: str, env: dict[str, str], table: str, rows: int,
+              cpu_roots: dict[str, int | None]) -> list[Figure]:
+    """pg_dump | psql, the seeded initial copy, the rebuild from the topics, the cutover's
+    downtime and the verify rate, in that order."""
+    dump = _pg_dump(dsn, table, rows)
+    seeded, cut, checked = _seeded(dsn, bootstrap, env, table, rows, dump, cpu_roots)
+    rebuilt = _rebuilt(dsn, bootstrap, env, table, rows, dump)
+    return [dump, seeded, rebuilt, cut, *checked]
+
+
+def _database(dsn: str, name: str) -> str:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("drop database if exists {} with (force)").format(
+            sql.Identifier(name)))
+        conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+    return make_conninfo(dsn, dbname=name)
+
+
+def _drop(dsn: str, name: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("drop database if exists {} with (force)").format(
+            sql.Identifier(name)))
+
+
+def _pg_dump(dsn: str, table: str, rows: int) -> Figure:
+    say("migration: pg_dump | psql")
+    target = _database(dsn, "bench_migrate_dump")
+    try:
+        start = time.perf_counter()
+        dump = subprocess.Popen(["pg_dump", f"--table=public.{table}", "--no-owner",
+                                 "--no-privileges", dsn], stdout=subprocess.PIPE)
+        subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", target], stdin=dump.stdout,
+                       stdout=subprocess.DEVNULL, check=True)
+        if dump.wait() != 0:
+            raise RuntimeError(f"pg_dump exited with status {dump.returncode}")
+        elapsed = time.perf_counter() - start
+        _check_count(target, table, rows)
+    finally:
+        _drop(dsn, "bench_migrate_dump")
+    return Figure("pg_dump | psql: the table into a fresh database", rows / elapsed, "rows/s",
+                  notes=[f"{rows:,} rows in {elapsed:.1f} s (table, rows, primary key), one "
+                         "pipe; the initial copy's ceiling"])
+
+
+def _seeded(dsn, bootstrap, env, table, rows, dump, cpu_roots):
+    say("migration: initial copy, seeded (--seed-from)")
+    target = _database(dsn, "bench_migrate_seed")
+    drop_slot(dsn, PREFIX)
+    capture = CaptureProcess("migrate-source", env, [
+        "--tables", f"public.{table}", "--slot", PREFIX, "--topic-prefix", PREFIX,
+        "--snapshot-workers", "2", *TOPIC_CONFIG])
+    replica = ReplicaProcess("migrate-replica", {**env, "BOTTLER_TARGET_DSN": target}, [
+        "--topic-prefix", PREFIX, "--group-id", GROUP, "--on-poison", "stop",
+        "--seed-from", dsn])
+    try:
+        meter = CpuMeter(cpu_roots).start()
+        capture.start()
+        replica.start()
+        seeded_at, _ = replica.wait_line(SEED_DONE, timeout=600)
+        cpu = meter.note()
+        elapsed = seeded_at - capture.started_at
+        capture.wait_line(SNAPSHOT_DONE, timeout=600)
+        caught_up = _wait(lambda: status(dsn, target, bootstrap, PREFIX, group=GROUP,
+                                         tables=[table]).caught_up, 600)
+        report = verify(dsn, target, tables=[table])
+        if not report.identical:
+            raise RuntimeError(f"the seeded target differs from the source: {report.tables}")
+        seeded = Figure(
+            "initial copy, seeded: capture start → target equal", rows / elapsed, "rows/s",
+            ceiling=dump, target=Target(">=", 0.5, of="ratio"),
+            notes=[f"{rows:,} rows in {elapsed:.1f} s from the capture's start to the "
+                   "replica's 'seed: copied' line (capture and replica started together; "
+                   "verified equal afterwards); caught up with the capture's snapshot in the "
+                   f"topics {caught_up - capture.started_at:.1f} s after the capture's start",
+                   cpu])
+        cut = _cutover(dsn, target, bootstrap, replica)
+        checked = _verify_rate(dsn, target, table, rows)
+    finally:
+        replica.stop()
+        capture.stop()
+        drop_slot(dsn, PREFIX)
+        delete_topics(bootstrap, f"{PREFIX}.")
+        _drop(dsn, "bench_migrate_seed")
+    return seeded, cut, checked
+
+
+def _cutover(dsn: str, target: str, bootstrap: str, replica: ReplicaProcess) -> Figure:
+    say("migration: cutover of the seeded pair")
+    lines = []
+
+    def said(line: str) -> None:
+        lines.append(line)
+        if "stop `bottler materialize postgres`" in line:
+            threading.Thread(target=replica.stop, daemon=True).start()
+
+    done = cutover.run(cutover.Options(dsn, target, bootstrap, prefix=PREFIX, group=GROUP,
+                                       slot=PREFIX), say=said)
+    if done.verdict != cutover.GO or done.downtime is None:
+        raise RuntimeError(f"cutover said {done.verdict}: {done.reasons}\n" + "\n".join(lines))
+    steps = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in done.steps)
+    return Figure("cutover: write downtime, fence → go", done.downtime, "s",
+                  notes=[f"bottler migrate cutover on the seeded pair, replica stopped when "
+                         f"asked; steps: {steps}"])
+
+
+def _verify_rate(dsn: str, target: str, table: str, rows: int) -> list[Figure]:
+    say("migration: verify against COPY TO of both sides")
+    elapsed = {}
+
+    def read(side: str, conninfo: str) -> None:
+        with psycopg.connect(conninfo) as conn, conn.cursor().copy(
+                sql.SQL("copy {} to stdout").format(sql.Identifier(table))) as copy:
+            start = time.perf_counter()
+            for _ in copy:
+                pass
+            elapsed[side] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=read, args=a) for a in (("source", dsn),
+                                                               ("target", target))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    both = time.perf_counter() - start
+    ceiling = Figure("postgres: COPY TO STDOUT of both sides at once", rows / both, "rows/s",
+                     notes=[f"{rows:,} rows of each side in {both:.1f} s (source "
+                            f"{elapsed['source']:.1f} s, target {elapsed['target']:.1f} s)"])
+    start = time.perf_counter()
+    report = verify(dsn, target, tables=[table])
+    took = time.perf_counter() - start
+    if not report.identical:
+        raise RuntimeError(f"verify found differences: {report.tables}")
+    return [ceiling, Figure("migrate verify: checksums of both sides", rows / took, "rows/s",
+                            ceiling=ceiling,
+                            notes=[f"{rows:,} rows in {took:.1f} s, identical"])]
+
+
+def _rebuilt(dsn, bootstrap, env, table, rows, dump) -> Figure:
+    say("migration: initial copy, rebuilt from the topics (no --seed-from)")
+    target = _database(dsn, "bench_migrate_rebuild")
+    drop_slot(dsn, PREFIX)
+    capture = CaptureProcess("migrate-source", env, [
+        "--tables", f"public.{table}", "--slot", PREFIX, "--topic-prefix", PREFIX,
+        "--snapshot-workers", "2", *TOPIC_CONFIG])
+    replica = ReplicaProcess("migrate-rebuild", {**env, "BOTTLER_TARGET_DSN": target}, [
+        "--topic-prefix", PREFIX, "--group-id", GROUP, "--on-poison", "stop"])
+    try:
+        capture.start()
+        replica.start()
+        equal_at = _wait(lambda: _count(target, table) >= rows, 900)
+        elapsed = equal_at - capture.started_at
+        _check_count(target, table, rows)
+    finally:
+        replica.stop()
+        capture.stop()
+        drop_slot(dsn, PREFIX)
+        delete_topics(bootstrap, f"{PREFIX}.")
+        _drop(dsn, "bench_migrate_rebuild")
+    return Figure("initial copy, rebuilt from the topics: capture start → target equal",
+                  rows / elapsed, "rows/s", ceiling=dump,
+                  notes=[f"{rows:,} rows in {elapsed:.1f} s from the capture's start until the "
+                         "target held every row (capture and replica without --seed-from "
+                         "started together): the path every other view takes"])
+
+
+def _count(dsn: str, table: str) -> int:
+    try:
+        with psycopg.connect(dsn) as conn:
+            return conn.execute(sql.SQL("select count(*) from {}").format(
+                sql.Identifier(table))).fetchone()[0]
+    except psycopg.errors.UndefinedTable:
+        return 0
+
+
+def _check_count(dsn: str, table: str, rows: int) -> None:
+    if (n := _count(dsn, table)) != rows:
+        raise RuntimeError(f"{table} holds {n:,} rows in the target, not {rows:,}")
+
+
+def _wait(predicate, timeout: float) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return time.monotonic()
+        time.sleep(POLL)
+    raise RuntimeError(f"not done after {timeout:.0f} s")
+
+
+def say(what: str) -> None:
+    print(f"bench {time.strftime('%H:%M:%S')}: {what}", file=sys.stderr, flush=True)
+
