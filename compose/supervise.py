@@ -40,10 +40,11 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 PREFIX = "[supervise]"  # starts the supervisor's own lines in the log
 TAIL = 64 * 1024  # how much of the log's end is searched for the error line
 
-# Lines that say what went wrong: the CLI's `error: ...`, a log record at ERROR or above, the
-# last line of a Python traceback, a Rust panic (the broker).
+# Lines that say what went wrong: the CLI's `error: ...`, a log record at ERROR or above, an
+# exception's line, a Rust panic (the broker). Of a traceback, its exception's line.
 ERROR_LINE = re.compile(
     r"^error:|\b(ERROR|CRITICAL|FATAL)\b|^[A-Za-z_][\w.]*(Error|Exception)\b|panicked at")
+TRACEBACK = "Traceback (most recent call last):"
 
 
 def hold_file(stack: Path) -> Path:
@@ -83,11 +84,18 @@ def last_error_line(log: Path, since: int) -> str | None:
             text = f.read().decode(errors="replace")
     except OSError:
         return None
-    for line in reversed(text.splitlines()):
-        line = line.strip()
-        if line and not line.startswith(PREFIX) and ERROR_LINE.search(line):
-            return redact(line)[:300]
-    return None
+    found, traceback = None, False
+    for line in text.splitlines():
+        if line.startswith(PREFIX) or not line.strip():
+            continue
+        if line.startswith(TRACEBACK):
+            traceback = True
+        elif traceback:  # the frames are indented; the exception's line is not
+            if not line[0].isspace():
+                found, traceback = line, False
+        elif ERROR_LINE.search(line):
+            found = line
+    return redact(found.strip())[:300] if found else None
 
 
 @dataclass

@@ -16,10 +16,36 @@ import pytest
 
 from compose.procs import pid_alive
 from compose.stack import isolated_stack
-from compose.supervise import BACKOFF_MAX, HEALTHY, State, backoff, hold_file
+from compose.supervise import (
+    BACKOFF_MAX,
+    HEALTHY,
+    State,
+    backoff,
+    hold_file,
+    last_error_line,
+)
 from tests.support import wait_for
 from tests.test_stack_stops import Tracker
 from tests.test_status import cells
+
+
+def test_the_last_error_line_is_the_last_error_or_exception_of_the_run(tmp_path):
+    log = tmp_path / "log"
+    log.write_text("error: an earlier run's\n")
+    since = log.stat().st_size
+    with open(log, "a") as f:
+        f.write("2026-01-01 00:00:00,000 ERROR capture.run: a logged error\n"
+                "Traceback (most recent call last):\n"
+                '  File "x.py", line 1, in <module>\n'
+                "    raise AdminShutdown('terminating connection')\n"
+                "psycopg2.errors.AdminShutdown: terminating connection (postgresql://u:pw@h/db)\n"
+                "[supervise] 2026-01-01 00:00:01 capture exit code 1; restart 1 in 1 s\n")
+    assert last_error_line(log, since) == (
+        "psycopg2.errors.AdminShutdown: terminating connection (postgresql://u:***@h/db)")
+    with open(log, "a") as f:
+        f.write("INFO all well\n")
+    assert last_error_line(log, log.stat().st_size) is None
+
 
 # A program that fails its first run (an error line, then exit 3) and runs until stopped after.
 FLAKY = """
@@ -129,6 +155,15 @@ def test_nothing_is_restarted_while_stack_down_runs(tmp_path):
 
 # -- the stack: the capture loses its connection, is restarted and shown ---------------------
 
+def row_of(output: str, first: str) -> list[str] | None:
+    """The cells of a boxed table's row (`bottler stack status`) whose first cell is ``first``."""
+    for line in output.splitlines():
+        parts = [p.strip() for p in line.split("│")][1:-1]
+        if parts and parts[0] == first:
+            return parts
+    return None
+
+
 def bottler(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "bottler", *args], capture_output=True,
                           text=True, timeout=60)
@@ -142,6 +177,8 @@ def test_a_stack_app_that_fails_is_restarted_and_shown_and_down_leaves_nothing()
         at = ("--dir", str(stack.root))
         first = stack.supervision()["capture"]
         assert first.state == "running" and first.restarts == 0
+        wait_for(lambda: (row := cells(bottler("status", "--once", *at).stdout, "capture"))
+                 and row[2] == "streaming", 60, "the capture to stream")
 
         # The server ends the capture's replication connection: it exits with an error (2).
         with psycopg.connect(stack.endpoints.pg_dsn, autocommit=True) as conn:
@@ -160,7 +197,7 @@ def test_a_stack_app_that_fails_is_restarted_and_shown_and_down_leaves_nothing()
         again, view = wait_for(restarted, 60, "the capture to stream again")
         assert again.pid != first.pid and pid_alive(again.pid) and not pid_alive(first.pid)
         assert again.restarts == 1, again
-        assert again.last_exit == "exit code 2"
+        assert again.last_exit == "exit code 2", again
         assert again.last_error.startswith(
             "error: lost the connection to PostgreSQL while streaming"), again
         assert stack.status()["capture"] is not None
@@ -172,7 +209,7 @@ def test_a_stack_app_that_fails_is_restarted_and_shown_and_down_leaves_nothing()
         # `bottler stack status`: its own PID, the restarts, the last error line.
         listing = bottler("stack", "status", *at)
         assert listing.returncode == 0, listing.stdout + listing.stderr
-        row = cells(listing.stdout, "capture metrics")
+        row = row_of(listing.stdout, "capture metrics")
         assert row[1:5] == ["capture", "running", str(again.pid), "1"], listing.stdout
         assert "lost the connection to PostgreSQL while streaming" in listing.stdout
 
