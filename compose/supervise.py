@@ -179,9 +179,9 @@ class Supervisor:
                 self._save(state="stopped", pid=None)
                 return 0
             wait = backoff(wait, time.monotonic() - started)
+            error = last_error_line(self.log, since) if self.log else None
             self._save(state="restarting", pid=None, restarts=self.state.restarts + 1,
-                       last_exit=describe(code), last_error=last_error_line(self.log, since)
-                       if self.log else None, failed_at=time.time(),
+                       last_exit=describe(code), last_error=error, failed_at=time.time(),
                        next_start=time.time() + wait)
             self._say(f"{describe(code)}; restart {self.state.restarts} in {wait:g} s")
             if not self._sleep(wait):
