@@ -9,9 +9,12 @@ import typer
 from pydantic import Field
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from bottler.migrate.cli import migrate_app
 from bottler.status.cli import status
+from bottler.status.view import restarts_line
+from bottler.status.watch import supervised
 from capture import cli as capture_cli
 from common import options
 from common.config import MetricsSettings, Settings, env, load
@@ -110,14 +113,21 @@ def _print_stack(stack, outcome: dict[str, str] | None = None) -> None:
     ]
     apis += [(f"{app} metrics", app, url) for app, url in stack.metrics_urls().items()]
     pids = stack.status()
+    supervision = stack.supervision()  # a supervised process's own PID, and its restarts
     table = Table(title=f"bottler stack ({stack.root})", title_justify="left")
-    for col in ("api", "process", "state", "pid", "endpoint"):
+    for col in ("api", "process", "state", "pid", "restarts", "endpoint"):
         table.add_column(col)
     for api, service, endpoint in apis:
-        pid = pids[service]
-        state = (outcome or {}).get(service) or ("running" if pid else "stopped")
-        table.add_row(api, service, state, str(pid or "-"), redact(endpoint))
+        sup = supervision.get(service)
+        pid = sup.pid if sup else pids[service]
+        state = (outcome or {}).get(service) or (sup.state if sup and sup.state != "running"
+                                                 else "running" if pid else "stopped")
+        restarts = Text(str(sup.restarts), "bold red" if sup.restarts else "") if sup else "-"
+        table.add_row(api, service, state, str(pid or "-"), restarts, redact(endpoint))
     out.print(table)
+    for service, restarts in supervised(stack).items():
+        if restarts.count:
+            out.print(restarts_line(service, restarts))
     views = stack.views()
     if views:
         out.print("Where to look:")
@@ -171,10 +181,12 @@ def stack_down(dir: Path | None = StackDir, config: Path | None = options.Config
 
 @stack_app.command("status")
 def stack_status(dir: Path | None = StackDir, config: Path | None = options.Config) -> None:
-    """Show each service, its PID and endpoint. Exits 1 when something is not running."""
+    """Show each service, its PID, restarts and endpoint. Exits 1 when something is not
+    running (or waiting to be restarted)."""
     stack = _stack(load(StackSettings, locals()).dir)
     _print_stack(stack)
-    if not all(stack.status().values()):
+    restarting = any(s.state != "running" for s in stack.supervision().values())
+    if restarting or not all(stack.status().values()):
         raise typer.Exit(1)
 
 

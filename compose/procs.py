@@ -88,8 +88,11 @@ class PidFile:
         return None
 
     def write(self, pid: int) -> None:
+        """Atomically: a reader never sees an empty file (and takes it for a stale one)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(f"{pid}\n")
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text(f"{pid}\n")
+        os.replace(tmp, self.path)
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)

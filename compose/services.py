@@ -1,5 +1,6 @@
 """The stack's long-running processes other than PostgreSQL: the broker, the registry, and the
-appliance's own processes (capture) that run on them."""
+appliance's own processes (capture) that run on them; each under a supervisor that restarts it
+when it fails."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import httpx
 import noida_db
 
 from common.errors import BottlerError
+from compose import supervise
 from compose.procs import MARK, PidFile, end_marked, port_answers, spawn, terminate, wait_until
+from compose.supervise import State
 
 
 def http_ok(url: str) -> Callable[[], bool]:
@@ -29,7 +32,9 @@ def http_ok(url: str) -> Callable[[], bool]:
 @dataclass
 class Service:
     """A process we start detached, track by PID file and stop gracefully, with whatever it
-    started (the processes carrying its :attr:`mark`)."""
+    started (the processes carrying its :attr:`mark`). A ``supervised`` one runs under a
+    supervisor (compose/supervise.py) that starts it again when it fails: the PID file then
+    holds the supervisor's PID, and :meth:`supervision` says how the process itself fares."""
 
     name: str
     argv: list[str]
@@ -40,6 +45,18 @@ class Service:
     stack: Path  # the stack's directory
     start_timeout: float = 30.0
     env: dict[str, str] | None = None  # secrets go here, not in argv (which `ps` shows)
+    supervised: bool = False
+
+    @property
+    def state_file(self) -> Path:
+        return self.pidfile.with_suffix(".state.json")
+
+    def supervision(self) -> State | None:
+        """How the supervised process fares (its PID, restarts, last failure) while its
+        supervisor runs; None for a process without one."""
+        if not self.supervised or self.running_pid() is None:
+            return None
+        return State.read(self.state_file)
 
     @property
     def mark(self) -> str:
@@ -50,30 +67,40 @@ class Service:
         return PidFile(self.pidfile, self.marker).running_pid()
 
     def start(self) -> None:
-        proc = spawn(self.argv, self.log, env={**os.environ, **(self.env or {}), MARK: self.mark})
+        argv = self.argv
+        if self.supervised:
+            self.state_file.parent.mkdir(parents=True, exist_ok=True)
+            self.state_file.unlink(missing_ok=True)  # a previous run's
+            argv = supervise.command(self.name, self.argv, self.stack, self.state_file, self.log)
+        proc = spawn(argv, self.log, env={**os.environ, **(self.env or {}), MARK: self.mark})
         PidFile(self.pidfile, self.marker).write(proc.pid)
 
-        def ready_or_dead() -> bool:
+        def failed_at_start() -> str | None:
+            """How the process ended, if it did before it was ready: a failure at start is
+            one a restart will not mend (a wrong option, a port in use), so `up` says so."""
             if proc.poll() is not None:
-                return True
-            return self.ready()
+                return supervise.describe(proc.returncode)
+            state = State.read(self.state_file) if self.supervised else None
+            return state.last_exit if state and state.restarts else None
 
-        wait_until(ready_or_dead, self.start_timeout, self.name, self.log)
-        if proc.poll() is not None:
-            PidFile(self.pidfile, self.marker).clear()
-            tail = self.log.read_text(errors="replace").strip().splitlines()[-3:]
-            raise BottlerError(
-                f"{self.name} exited at start (code {proc.returncode}): " + " / ".join(tail),
-                f"see {self.log}",
-            )
+        wait_until(lambda: failed_at_start() or self.ready(), self.start_timeout, self.name,
+                   self.log)
+        if ended := failed_at_start():
+            self.stop()
+            lines = self.log.read_text(errors="replace").strip().splitlines()
+            tail = [line for line in lines if not line.startswith(supervise.PREFIX)][-3:]
+            raise BottlerError(f"{self.name} exited at start ({ended}): " + " / ".join(tail),
+                               f"see {self.log}")
 
     def stop(self) -> int:
         """Stop the process gracefully, then end what it left (a child it did not stop, one
         orphaned when it crashed): returns how many such processes were ended."""
         if (pid := self.running_pid()) is not None:
-            terminate(pid)
+            terminate(pid)  # a supervisor passes the signals on, and restarts nothing after
         PidFile(self.pidfile, self.marker).clear()
-        return end_marked(self.mark)
+        left = end_marked(self.mark)
+        self.state_file.unlink(missing_ok=True)
+        return left
 
 
 def noida_binary() -> Path:
@@ -96,6 +123,7 @@ def broker(root: Path, kafka_port: int, search_port: int) -> Service:
         pidfile=root / "run" / "broker.pid",
         log=root / "logs" / "broker.log",
         stack=root,
+        supervised=True,
     )
 
 
@@ -112,6 +140,7 @@ def registry(root: Path, port: int, kafka_port: int) -> Service:
         log=root / "logs" / "registry.log",
         stack=root,
         start_timeout=60.0,
+        supervised=True,
     )
 
 
@@ -128,6 +157,7 @@ def _app(root: Path, name: str, command: list[str], env: dict[str, str],
         log=root / "logs" / f"{name}.log",
         stack=root,
         env=env,
+        supervised=True,
     )
 
 

@@ -18,6 +18,7 @@ from compose import services
 from compose.demo import seed
 from compose.postgres import PostgresCluster
 from compose.procs import PidFile, free_port, port_is_free, terminate
+from compose.supervise import State, hold_file
 
 SOURCE_DB = "shop"
 REPLICA_DB = "replica"  # the target-Postgres replica's database (make up)
@@ -145,6 +146,13 @@ class Stack:
             return dict.fromkeys(names)
         return {name: self.part(name).running_pid() for name in names}
 
+    def supervision(self) -> dict[str, State]:
+        """How each running process fares under its supervisor: its own PID, its restarts and
+        its last failure."""
+        names = self.ORDER + tuple(self.apps)
+        found = {n: self.part(n).supervision() for n in names if n != "postgres"}
+        return {name: state for name, state in found.items() if state is not None}
+
     def running(self) -> bool:
         return any(pid is not None for pid in self.status().values())
 
@@ -193,7 +201,17 @@ class Stack:
 
     def down(self) -> dict[str, str]:
         """Stop everything, at any moment: a `stack up` still starting things (in another
-        process) first, then each part with whatever it left behind."""
+        process) first, then each part with whatever it left behind. Meanwhile no supervisor
+        restarts anything (the hold file), so nothing starts behind our back."""
+        hold = PidFile(hold_file(self.root), "")
+        if self.root.exists():  # else nothing of ours can read it: `down` creates no directory
+            hold.write(os.getpid())
+        try:
+            return self._down()
+        finally:
+            hold.clear()
+
+    def _down(self) -> dict[str, str]:
         outcome = {}
         if (starter := self._starter.running_pid()) not in (None, os.getpid()):
             terminate(starter)

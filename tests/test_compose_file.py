@@ -584,6 +584,22 @@ def test_warehouse_writes_to_a_named_volume(services: dict[str, Any]) -> None:
     assert not mounts[str(params["path"])].startswith((".", "/")), "a named volume"
 
 
+# The services that run once and exit 0: a restart policy would run them again and again.
+ONE_SHOT = {"bottler", "demo"}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_SERVICES))
+def test_every_long_running_service_is_restarted_and_no_one_shot_is(
+    services: dict[str, Any], name: str
+) -> None:
+    policy = services[name].get("restart")
+    if name in ONE_SHOT:
+        assert policy in (None, "no", "on-failure"), f"{name} exits 0 by design: {policy}"
+    else:
+        assert policy in ("unless-stopped", "always", "on-failure"), (
+            f"{name} stops the appliance if it exits and stays down (restart: {policy})")
+
+
 def test_capture_starts_after_the_demo_seed(services: dict[str, Any]) -> None:
     path, _ = parse_bottler(services["demo"])
     assert path == ["demo", "seed"]

@@ -85,7 +85,8 @@ def test_status_shows_the_slot_the_topics_and_each_process():
         assert SlotProbe(source, "bottler").retained_wal() > 0
         assert math.isnan(SlotProbe(source, "no_such_slot").retained_wal())
 
-        # A failed materializer: its process is gone.
+        # A materializer gone for good: its supervisor killed (it takes its process along; a
+        # process that fails alone is restarted: tests/test_stack_supervision.py).
         os.kill(stack.status()["replica"], signal.SIGKILL)
         wait_for(lambda: stack.status()["replica"] is None, 10, "the replica to be gone")
         down = status(*at_stack)

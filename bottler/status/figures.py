@@ -70,6 +70,16 @@ class Materializer:
 
 
 @dataclass
+class Restarts:
+    """What a supervisor (the embedded stack's) says of its process."""
+
+    count: int  # restarts since the stack started it
+    last_exit: str | None = None  # how the last failed run ended ("exit code 2")
+    last_error: str | None = None  # that run's last error line in its log
+    failed_at: float | None = None  # when (epoch seconds)
+
+
+@dataclass
 class App:
     """One process of the appliance, as its Prometheus endpoint shows it."""
 
@@ -79,6 +89,7 @@ class App:
     capture: Capture | None = None
     materializers: list[Materializer] = field(default_factory=list)
     load_transactions: int | None = None  # the demo load's commits (None: not the load)
+    restarts: Restarts | None = None  # None: nothing supervises it (or nothing says)
 
     @property
     def down(self) -> bool:

@@ -9,7 +9,16 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from bottler.status.figures import CAUGHT_UP, DOWN, REBUILDING, RUNNING, STARTING, Snapshot
+from bottler.status.figures import (
+    CAUGHT_UP,
+    DOWN,
+    REBUILDING,
+    RUNNING,
+    STARTING,
+    App,
+    Restarts,
+    Snapshot,
+)
 from common.redact import redact
 
 STATE_STYLE = {CAUGHT_UP: "green", "streaming": "green", REBUILDING: "yellow",
@@ -60,11 +69,13 @@ def _topics(snap: Snapshot) -> RenderableType:
 
 def _processes(snap: Snapshot) -> RenderableType:
     table = _table("Processes", "process", "part", "state", "behind", "done", "dead letters",
-                   "endpoint")
+                   "restarts", "endpoint")
     for app in snap.apps:
         url = redact(app.url)
+        restarts = _restarts(app)
         if app.down:
-            table.add_row(app.name, "-", _state(DOWN), "", "", "", Text(app.error, "red"))
+            table.add_row(app.name, "-", _state(DOWN), "", "", "", restarts,
+                          Text(app.error, "red"))
             continue
         if app.capture:
             c = app.capture
@@ -72,19 +83,34 @@ def _processes(snap: Snapshot) -> RenderableType:
                     else f"{_count(c.snapshot_rows)} rows copied")
             letters = Text(_count(c.dead_letters), "bold red" if c.dead_letters else "")
             table.add_row(app.name, "capture", _state(c.state), f"{_bytes(c.lag_bytes)} WAL",
-                          done, letters, url)
+                          done, letters, restarts, url)
         for m in app.materializers:
             letters = Text(_count(m.dead_letters), "bold red" if m.dead_letters else "")
             table.add_row(app.name, m.name, _state(m.state), f"{_count(m.total_lag)} messages",
-                          f"{_count(m.changes)} changes", letters, url)
+                          f"{_count(m.changes)} changes", letters, restarts, url)
         if app.load_transactions is not None:
             table.add_row(app.name, "load", _state(RUNNING), "",
-                          f"{_count(app.load_transactions)} transactions", "-", url)
+                          f"{_count(app.load_transactions)} transactions", "-", restarts, url)
         elif not app.capture and not app.materializers:
-            table.add_row(app.name, "-", _state(STARTING), "", "", "", url)
+            table.add_row(app.name, "-", _state(STARTING), "", "", "", restarts, url)
     if not snap.apps:
-        table.add_row(Text("none", "dim"), *[""] * 6)
-    return table
+        table.add_row(Text("none", "dim"), *[""] * 7)
+    return Group(table, *(restarts_line(app.name, app.restarts) for app in snap.apps
+                          if app.restarts and app.restarts.count))
+
+
+def _restarts(app: App) -> Text:
+    if app.restarts is None:
+        return Text("-")
+    return Text(_count(app.restarts.count), "bold red" if app.restarts.count else "")
+
+
+def restarts_line(name: str, r: Restarts) -> Text:
+    """How often a process was restarted, and why last time: one line, in red."""
+    times = "time" if r.count == 1 else "times"
+    at = time.strftime(" at %H:%M:%S", time.localtime(r.failed_at)) if r.failed_at else ""
+    why = f"{r.last_exit}: {r.last_error}" if r.last_error else r.last_exit
+    return Text(f"{name} restarted {r.count} {times}, last{at} ({why})", "red")
 
 
 TEXT_COLUMNS = {"slot", "database", "topic", "process", "part", "state", "endpoint"}

@@ -3,11 +3,12 @@ snapshot of them all."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bottler.status.figures import App, Snapshot, Unavailable
+from bottler.status.figures import App, Restarts, Snapshot, Unavailable
 from bottler.status.scrape import scrape
 from bottler.status.slots import SlotReader
 from bottler.status.topics import TopicReader
@@ -23,6 +24,8 @@ class Target:
     apps: dict[str, str]  # app name -> its Prometheus endpoint
     # The stack knows which processes run: "app -> why it is down", for those that are not.
     stopped: Callable[[], dict[str, str]] = field(default=lambda: {})
+    # And its supervisors, how often each one restarted its process, and why.
+    restarts: Callable[[], dict[str, Restarts]] = field(default=lambda: {})
 
 
 def has_stack(root: Path) -> bool:
@@ -43,12 +46,28 @@ def stack_target(root: Path) -> Target:
     stack = Stack(root)
 
     def stopped() -> dict[str, str]:
-        pids = stack.status()
-        return {app: f"not running (log: {stack.part(app).log})"
-                for app in stack.apps if pids.get(app) is None}
+        pids, supervision = stack.status(), stack.supervision()
+        down = {}
+        for app in stack.apps:
+            log = stack.part(app).log
+            if pids.get(app) is None:
+                down[app] = f"not running (log: {log})"
+            elif (s := supervision.get(app)) and s.state == "restarting":
+                wait = max(0.0, (s.next_start or 0) - time.time())
+                down[app] = f"failed, restart {s.restarts} in {wait:.0f} s (log: {log})"
+        return down
+
+    def restarts() -> dict[str, Restarts]:
+        return {app: r for app, r in supervised(stack).items() if app in stack.apps}
 
     return Target(f"stack {stack.root}", stack.endpoints.pg_dsn, stack.endpoints.kafka,
-                  stack.metrics_urls(), stopped)
+                  stack.metrics_urls(), stopped, restarts)
+
+
+def supervised(stack) -> dict[str, Restarts]:
+    """What the supervisors of a stack's running processes say of them."""
+    return {name: Restarts(s.restarts, s.last_exit, s.last_error, s.failed_at)
+            for name, s in stack.supervision().items()}
 
 
 class Watcher:
@@ -73,11 +92,14 @@ class Watcher:
             except Unavailable as exc:
                 snap.topics_error = str(exc)
         stopped = self.target.stopped()
+        restarts = self.target.restarts()
         for name, url in self.target.apps.items():
             if name in stopped:  # not asked: another process may hold its port
-                snap.apps.append(App(name, url, error=stopped[name]))
+                app = App(name, url, error=stopped[name])
             else:
-                snap.apps.append(scrape(name, url, self.timeout))
+                app = scrape(name, url, self.timeout)
+            app.restarts = restarts.get(name)
+            snap.apps.append(app)
         return snap
 
     def close(self) -> None:

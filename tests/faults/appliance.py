@@ -1,5 +1,6 @@
-"""The appliance under faults: an isolated embedded stack running every app, a supervisor that
-restarts an app that died (as systemd or Kubernetes would), and the faults themselves."""
+"""The appliance under faults: an isolated embedded stack running every app (each restarted by
+its own supervisor when it fails), a second supervisor that starts again an app whose whole
+supervision ended (as systemd or Kubernetes would), and the faults themselves."""
 
 from __future__ import annotations
 
@@ -68,7 +69,9 @@ class Faults:
 
     def kill(self, app: str) -> Callable[[], None]:
         def kill_9() -> None:
-            pid = self.stack.part(app).running_pid()
+            # the app's own process, not its supervisor (which would stop it gracefully)
+            supervision = self.stack.part(app).supervision()
+            pid = supervision.pid if supervision else None
             if pid is None:
                 return  # already down: the supervisor is on it
             os.kill(pid, signal.SIGKILL)
