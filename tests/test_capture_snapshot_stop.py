@@ -15,7 +15,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from capture.snapshot import PIECES
+from capture.snapshot import PIECES, Chunk
 from tests.support import execute, read_topic, rows, wait_for, wait_streaming
 
 ROWS = 300_000
@@ -112,3 +112,13 @@ def test_a_snapshot_stops_within_seconds_and_resumes_where_it_stopped(
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
         log.close()
+
+
+def test_a_chunk_is_copied_in_pieces_and_resumes_after_the_acknowledged_ones():
+    chunk = Chunk("t@1#0", "public.t", None, 40, 80, (50, 60, 70))
+    assert chunk.ranges() == [(40, 50), (50, 60), (60, 70), (70, 80)]
+    assert chunk.resumed(60).ranges() == [(60, 70), (70, 80)]
+    assert chunk.resumed(60).id == chunk.id  # recorded under the same key as before
+    assert chunk.resumed(40) == chunk.resumed(80) == chunk  # outside: a record to ignore
+    last = Chunk("t@1#1", "public.t", None, 80, None, (90,))
+    assert last.resumed(90).ranges() == [(90, None)]  # the last chunk stays open-ended
