@@ -85,9 +85,9 @@ def plan(
     conn, tables: list[SourceTable], specs: dict[int, CodecSpec], chunk_pages: int,
     layout: dict | None = None, done: set[str] = frozenset(),
 ) -> tuple[list[Chunk], dict]:
-    """Split tables into ranges of ``chunk_pages`` pages (so workers share big tables, and a
-    restart resumes from the last acknowledged range); return the chunks still to copy and the
-    layout that names them.
+    """Split tables into ranges of ``chunk_pages`` pages (so workers share big tables), each
+    copied in PIECES pieces (a restart resumes after the last acknowledged one); return the
+    chunks still to copy and the layout that names them.
 
     ``layout`` (a resumed snapshot's, by table: its file node, pages per chunk and chunk count)
     keeps a table's earlier ranges while its file is the same, so ``done`` chunks are skipped;
@@ -103,7 +103,7 @@ def plan(
         before = layout.get(t.qualified)
         if before and before["filenode"] == filenode:
             size, count = before["size"], before["chunks"]
-        else:  # small pieces: the unit a restart resumes from, and what workers share
+        else:
             size = chunk_pages
             count = len(range(0, max(pages, 1), size))
         new_layout[t.qualified] = {"filenode": filenode, "size": size, "chunks": count}
@@ -112,10 +112,12 @@ def plan(
             chunk_id = f"{t.qualified}@{filenode}#{i}"
             if chunk_id in done:
                 continue
-            first, end = i * size, (i + 1) * size
-            pieces = tuple(range(first + piece, min(end, max(pages, 1)), piece))
-            chunks.append(Chunk(chunk_id, t.qualified, specs[t.oid], first,
-                                end if i + 1 < count else None, pieces))  # the last: open
+            first = i * size
+            # The last chunk has no end: a resumed snapshot also finds there the pages the table
+            # grew by since it was planned; its pieces go on to the table's end.
+            end = (i + 1) * size if i + 1 < count else None
+            pieces = tuple(range(first + piece, min(end or pages, pages), piece))
+            chunks.append(Chunk(chunk_id, t.qualified, specs[t.oid], first, end, pieces))
     # Largest pieces first, so the tail of the copy is short.
     chunks.sort(key=lambda c: -(c.end_page or 10**12) + c.first_page)
     return chunks, new_layout
