@@ -53,8 +53,8 @@ def capture(
                                           help="Parallel snapshot processes [default: 2]"),
     snapshot_chunk_pages: int | None = option(
         "--snapshot-chunk-pages",
-        help="Pages (8 kB) per snapshot chunk: the unit a restarted snapshot resumes from "
-             "[default: 2000]"),
+        help="Pages (8 kB) per snapshot chunk, the unit workers share; a restart resumes a "
+             "chunk after its last acknowledged quarter [default: 2000]"),
     incremental_chunk_rows: int | None = option(
         "--incremental-chunk-rows",
         help="Rows per chunk of an incremental snapshot [default: 10000]"),

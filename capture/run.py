@@ -213,26 +213,27 @@ def _plan(s: CaptureSettings, job: SnapshotJob, tables: Tables,
 
 def _copy(s: CaptureSettings, job: SnapshotJob, progress: state.CaptureState, recorded: dict,
           stop: threading.Event, on_error: OnError, kafka_config: dict[str, str]) -> bool:
-    """Copy the snapshot's chunks, recording each one Kafka acknowledged; False if stopped."""
-    def acknowledged(chunk: snapshot.Chunk) -> None:
-        progress.record(f"{s.slot}/chunk/{chunk.id}", lsn=job.consistent_lsn)
-
+    """Copy the snapshot's chunks (a chunk partly acknowledged before: the rest of it); the
+    workers record what Kafka acknowledged. False if stopped."""
+    records = state.SnapshotRecords(s.broker, s.topic_prefix, s.slot, job.consistent_lsn,
+                                    s.kafka_config)
+    resume = records.resume_pages(recorded)
+    job.chunks = [c.resumed(resume[c.id]) if c.id in resume else c for c in job.chunks]
+    if partly := sum(c.id in resume for c in job.chunks):
+        log.info("%d chunks resume after their acknowledged pieces", partly)
     try:
         rows = snapshot.copy_tables(
             s.postgres, job.snapshot, job.chunks, job.estimates, s.snapshot_workers,
-            {"bootstrap": s.broker, "extra_config": kafka_config}, on_error, stop,
-            acknowledged,
+            {"bootstrap": s.broker, "extra_config": kafka_config}, on_error, stop, records,
         )
     finally:
         job.release()
-        progress.flush()
     if rows is None:
         log.info("capture stopped during the snapshot; the next run resumes it")
         return False
     progress.write(s.slot, snapshot=state.SNAPSHOT_COMPLETE, rows=rows,
                    consistent_lsn=job.consistent_lsn)
-    progress.forget([k for k in recorded if k.startswith(f"{s.slot}/chunk/")]
-                    + [f"{s.slot}/chunk/{c.id}" for c in job.chunks])
+    progress.forget(records.keys(recorded, [c.id for c in job.chunks]))
     return True
 
 

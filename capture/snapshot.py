@@ -11,8 +11,7 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from psycopg import sql
 from rich.console import Console
@@ -31,6 +30,7 @@ from capture.dead_letters import ErrorPolicy, OnError, Row
 from capture.encoding import CodecSpec
 from capture.publisher import DataError, Publisher
 from capture.source import SourceTable, session_connect
+from capture.state import CaptureState, SnapshotRecords
 from common import gctune
 from common.children import die_with_parent
 from common.errors import BottlerError
@@ -39,6 +39,13 @@ from common.redact import redact
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY = 5000  # rows between progress reports from a worker
+# Progress is recorded this many times per chunk (see _copy_chunk): what a killed capture
+# publishes again is at most a piece per worker, and each record costs a pause of a round trip
+# or two (the piece's acknowledgements, then the record's).
+PIECES = 4
+# On a stop, how long workers may take to finish (and record) the piece in hand before they
+# are ended: a piece ended earlier is published again by the next run.
+STOP_GRACE = 2.0
 
 
 @dataclass(frozen=True)
@@ -48,14 +55,28 @@ class Chunk:
     spec: CodecSpec
     first_page: int
     end_page: int | None  # None: to the end of the table
+    pieces: tuple[int, ...] = ()  # pages inside the chunk where its progress is recorded
 
-    def query(self) -> sql.Composed:
+    def ranges(self) -> list[tuple[int, int | None]]:
+        """The chunk's pieces, as [first, end) page ranges: each is copied, then recorded."""
+        bounds = (self.first_page, *self.pieces, self.end_page)
+        return list(zip(bounds, bounds[1:], strict=False))
+
+    def resumed(self, page: int) -> Chunk:
+        """The rest of the chunk, when its rows before ``page`` are in Kafka already."""
+        if not self.first_page < page < (self.end_page or 2**63):
+            return self
+        return replace(self, first_page=page, pieces=tuple(b for b in self.pieces if b > page))
+
+    def query(self, piece: tuple[int, int | None] | None = None) -> sql.Composed:
+        """COPY of the chunk's rows, or of one piece's."""
+        first, end = piece or (self.first_page, self.end_page)
         columns = sql.SQL(", ").join(sql.Identifier(c.name) for c in self.spec.columns)
         if not self.spec.columns:  # a table without columns still has rows
             columns = sql.SQL("")
-        where = [sql.SQL("ctid >= {}::tid").format(f"({self.first_page},0)")]
-        if self.end_page is not None:
-            where.append(sql.SQL("ctid < {}::tid").format(f"({self.end_page},0)"))
+        where = [sql.SQL("ctid >= {}::tid").format(f"({first},0)")]
+        if end is not None:
+            where.append(sql.SQL("ctid < {}::tid").format(f"({end},0)"))
         return sql.SQL("copy (select {} from {} where {}) to stdout").format(
             columns, sql.Identifier(*self.spec.qualified), sql.SQL(" and ").join(where)
         )
@@ -65,9 +86,9 @@ def plan(
     conn, tables: list[SourceTable], specs: dict[int, CodecSpec], chunk_pages: int,
     layout: dict | None = None, done: set[str] = frozenset(),
 ) -> tuple[list[Chunk], dict]:
-    """Split tables into ranges of ``chunk_pages`` pages (so workers share big tables, and a
-    restart resumes from the last acknowledged range); return the chunks still to copy and the
-    layout that names them.
+    """Split tables into ranges of ``chunk_pages`` pages (so workers share big tables), each
+    copied in PIECES pieces (a restart resumes after the last acknowledged one); return the
+    chunks still to copy and the layout that names them.
 
     ``layout`` (a resumed snapshot's, by table: its file node, pages per chunk and chunk count)
     keeps a table's earlier ranges while its file is the same, so ``done`` chunks are skipped;
@@ -83,16 +104,21 @@ def plan(
         before = layout.get(t.qualified)
         if before and before["filenode"] == filenode:
             size, count = before["size"], before["chunks"]
-        else:  # small pieces: the unit a restart resumes from, and what workers share
+        else:
             size = chunk_pages
             count = len(range(0, max(pages, 1), size))
         new_layout[t.qualified] = {"filenode": filenode, "size": size, "chunks": count}
+        piece = -(-size // PIECES)
         for i in range(count):
             chunk_id = f"{t.qualified}@{filenode}#{i}"
             if chunk_id in done:
                 continue
+            first = i * size
+            # The last chunk has no end: a resumed snapshot also finds there the pages the table
+            # grew by since it was planned; its pieces go on to the table's end.
             end = (i + 1) * size if i + 1 < count else None
-            chunks.append(Chunk(chunk_id, t.qualified, specs[t.oid], i * size, end))
+            pieces = tuple(range(first + piece, min(end or pages, pages), piece))
+            chunks.append(Chunk(chunk_id, t.qualified, specs[t.oid], first, end, pieces))
     # Largest pieces first, so the tail of the copy is short.
     chunks.sort(key=lambda c: -(c.end_page or 10**12) + c.first_page)
     return chunks, new_layout
@@ -107,12 +133,12 @@ def copy_tables(
     producer_config: dict,
     on_error: OnError,
     stop: threading.Event,
-    on_chunk: Callable[[Chunk], None],
+    records: SnapshotRecords,
 ) -> dict[str, int] | None:
-    """Copy every chunk through ``workers`` processes, calling ``on_chunk`` for each one Kafka
+    """Copy every chunk through ``workers`` processes, which record in ``records`` what Kafka
     acknowledged; return rows published per table, or None when ``stop`` ended it first."""
     ctx = mp.get_context("spawn")  # the parent holds librdkafka threads: never fork it
-    tasks, results = ctx.Queue(), ctx.Queue()
+    tasks, results, halt = ctx.Queue(), ctx.Queue(), ctx.Event()
     for chunk in chunks:
         tasks.put(chunk)
     count = max(1, min(workers, len(chunks)))
@@ -120,10 +146,11 @@ def copy_tables(
         tasks.put(None)  # one end marker per worker
     procs = [
         ctx.Process(target=_worker_main, daemon=True, name=f"bottler snapshot worker {i}",
-                    args=(os.getpid(), dsn, snapshot, producer_config, on_error, tasks, results))
+                    args=(os.getpid(), dsn, snapshot, producer_config, on_error, records,
+                          tasks, results, halt))
         for i in range(count)
     ]
-    by_id = {c.id: c for c in chunks}
+    remaining = {c.id for c in chunks}
     done: dict[str, int] = dict.fromkeys(estimates, 0)
     started = time.monotonic()
     try:
@@ -131,12 +158,12 @@ def copy_tables(
             tasks_bar = {t: bar.add_task(t, total=max(e, 1)) for t, e in estimates.items()}
             for proc in procs:
                 proc.start()
-            while by_id:
+            while remaining:
                 if stop.is_set():
-                    _drain(results, by_id, done, on_chunk)  # what was acknowledged is kept
-                    _end(procs)
+                    halt.set()
+                    _wind_down(procs, results, remaining, done)
                     log.warning("stop requested: ended the snapshot with %d of %d chunks "
-                                "copied; the next run resumes it", len(chunks) - len(by_id),
+                                "copied; the next run resumes it", len(chunks) - len(remaining),
                                 len(chunks))
                     return None
                 try:
@@ -146,10 +173,10 @@ def copy_tables(
                         codes = sorted({p.exitcode for p in procs})
                         raise BottlerError(
                             f"the snapshot workers ended (exit codes {codes}) with "
-                            f"{len(by_id)} chunks not copied",
+                            f"{len(remaining)} chunks not copied",
                             "run the capture again: it resumes the snapshot") from None
                     continue
-                _handle(message, by_id, done, on_chunk, bar, tasks_bar)
+                _handle(message, remaining, done, bar, tasks_bar)
             for table, task in tasks_bar.items():
                 bar.update(task, total=max(done[table], 1), completed=max(done[table], 1))
     finally:
@@ -166,7 +193,7 @@ def copy_tables(
     return done
 
 
-def _handle(message, by_id, done, on_chunk, bar=None, tasks_bar=None) -> None:
+def _handle(message, remaining, done, bar=None, tasks_bar=None) -> None:
     kind, *rest = message
     if kind == "rows":
         table, rows = rest
@@ -175,22 +202,28 @@ def _handle(message, by_id, done, on_chunk, bar=None, tasks_bar=None) -> None:
             bar.update(tasks_bar[table], advance=rows)
         metrics.SNAPSHOT_ROWS.labels(table).set(done[table])
     elif kind == "done":
-        on_chunk(by_id.pop(rest[0]))
+        remaining.discard(rest[0])
     else:  # "error"
         raise BottlerError(*rest)
 
 
-def _drain(results, by_id, done, on_chunk) -> None:
-    """Record the chunks acknowledged so far (errors no longer matter), for at most a second:
-    the workers, still running, keep reporting."""
-    deadline = time.monotonic() + 1
-    while time.monotonic() < deadline:
+def _wind_down(procs, results, remaining, done) -> None:
+    """After ``halt``: each worker records the piece in hand and exits. Wait for that up to
+    STOP_GRACE seconds (what is recorded is not copied again), reading their reports meanwhile
+    (a process cannot exit while what it put in a queue is unread); errors no longer matter.
+    A worker still busy then is ended: its records are already durable, so that costs at most
+    its piece, copied again by the next run."""
+    deadline = time.monotonic() + STOP_GRACE
+    while True:
         try:
             message = results.get(timeout=0.05)
         except queue.Empty:
-            return
+            if not any(p.is_alive() for p in procs) or time.monotonic() > deadline:
+                break
+            continue
         if message[0] != "error":
-            _handle(message, by_id, done, on_chunk)
+            _handle(message, remaining, done)
+    _end(procs)
 
 
 def _end(procs) -> None:
@@ -226,20 +259,22 @@ def _progress() -> Progress:
 _worker: dict = {}
 
 
-def _worker_main(parent, dsn, snapshot, producer_config, on_error, tasks, results) -> None:
+def _worker_main(parent, dsn, snapshot, producer_config, on_error, records, tasks, results,
+                 halt) -> None:
     die_with_parent(parent)  # a worker never outlives the capture, even one killed -9
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent
     # decides, and ends the workers itself
 
     policy = ErrorPolicy(on_error, producer_config["bootstrap"], producer_config["extra_config"])
     _worker.update(
-        dsn=dsn, snapshot=snapshot, progress=results,
+        dsn=dsn, snapshot=snapshot, progress=results, records=records, state=records.open(),
         publisher=Publisher(policy=policy, track=False, **producer_config),
     )
     gctune.tune()
-    while (chunk := tasks.get()) is not None:
+    while not halt.is_set() and (chunk := tasks.get()) is not None:
         try:
-            _copy_chunk(chunk)
+            if _copy_chunk(chunk, halt):
+                results.put(("done", chunk.id))
         except BottlerError as exc:
             results.put(("error", exc.message, exc.hint))
             return
@@ -248,36 +283,52 @@ def _worker_main(parent, dsn, snapshot, producer_config, on_error, tasks, result
             results.put(("error", f"the snapshot of {chunk.table} failed: {redact(reason)}",
                          "run the capture again: it resumes the snapshot"))
             return
-        results.put(("done", chunk.id))
 
 
-def _copy_chunk(chunk: Chunk) -> int:
-    """Copy one chunk; it counts as copied once Kafka acknowledged all of it."""
+def _copy_chunk(chunk: Chunk, halt) -> bool:
+    """Copy one chunk, piece by piece; False when ``halt`` stopped it between two pieces.
+
+    Each piece is recorded once Kafka acknowledged every row of it (flush), and the next piece
+    is sent only once that record is acknowledged too. So whenever and however the capture
+    ends, the rows Kafka holds beyond the records are those of the piece in hand: a restart
+    publishes again at most one piece (a quarter chunk) per worker, never a whole chunk, and
+    never skips a row Kafka does not have. The records are the worker's own (not reported to
+    the parent to write): nothing stands between a row's acknowledgement and its record."""
     publisher: Publisher = _worker["publisher"]
+    records: SnapshotRecords = _worker["records"]
+    state: CaptureState = _worker["state"]
     codec = chunk.spec.codec()
-    rows = reported = 0
+    pieces = chunk.ranges()
     with session_connect(_worker["dsn"]) as conn:
         conn.execute("begin isolation level repeatable read read only")
         conn.execute(sql.SQL("set transaction snapshot {}").format(_worker["snapshot"]))
-        with conn.cursor().copy(chunk.query()) as copy:
-            copy.set_types(["text"] * len(chunk.spec.columns))
-            for values in copy.rows():
-                try:
-                    key, value = codec.key(values), codec.value(values)
-                except DataError as error:
-                    error.row = Row.of(chunk.spec, values, "snapshot")
-                    publisher.data_error(error)  # raises under --on-error=exit
-                    continue
-                row = None
-                if publisher.at_risk(key, value):  # its text is kept for a dead letter
-                    row = Row.of(chunk.spec, values, "snapshot")
-                publisher.send(codec.topic, key, value, row=row)
-                rows += 1
-                if rows - reported >= PROGRESS_EVERY:
-                    publisher.poll(0)
-                    _worker["progress"].put(("rows", chunk.table, rows - reported))
-                    reported = rows
+        for n, piece in enumerate(pieces, 1):
+            rows = reported = 0
+            with conn.cursor().copy(chunk.query(piece)) as copy:
+                copy.set_types(["text"] * len(chunk.spec.columns))
+                for values in copy.rows():
+                    try:
+                        key, value = codec.key(values), codec.value(values)
+                    except DataError as error:
+                        error.row = Row.of(chunk.spec, values, "snapshot")
+                        publisher.data_error(error)  # raises under --on-error=exit
+                        continue
+                    row = None
+                    if publisher.at_risk(key, value):  # its text is kept for a dead letter
+                        row = Row.of(chunk.spec, values, "snapshot")
+                    publisher.send(codec.topic, key, value, row=row)
+                    rows += 1
+                    if rows - reported >= PROGRESS_EVERY:
+                        publisher.poll(0)
+                        _worker["progress"].put(("rows", chunk.table, rows - reported))
+                        reported = rows
+            publisher.flush()  # the piece counts as copied only once Kafka has all of it
+            if n == len(pieces):
+                state.write(records.chunk_key(chunk.id), lsn=records.lsn)
+            else:
+                state.write(records.piece_key(chunk.id), lsn=records.lsn, next_page=piece[1])
+            _worker["progress"].put(("rows", chunk.table, rows - reported))
+            if halt.is_set() and n < len(pieces):
+                return False
         conn.rollback()
-    publisher.flush()  # the chunk counts as copied only once Kafka has all of it
-    _worker["progress"].put(("rows", chunk.table, rows - reported))
-    return rows
+    return True

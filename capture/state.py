@@ -1,12 +1,14 @@
 """The capture's own progress, kept in the compacted `_bottler.capture` topic: under the slot's
 name, whether its snapshot is complete (and while it is not, the snapshot's layout, so a restart
-resumes it); under `<slot>/chunk/<id>`, each snapshot chunk Kafka acknowledged; under
+resumes it); under `<slot>/chunk/<id>`, each snapshot chunk Kafka acknowledged, and under
+`<slot>/piece/<id>` how far into a chunk it acknowledged (see SnapshotRecords); under
 `<slot>/incremental/<schema>.<table>`, each incremental snapshot under way (incremental.py)."""
 
 from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
@@ -102,3 +104,42 @@ class CaptureState:
                 f"cannot record the capture state in {self.topic}: "
                 f"{errors[0].str() if errors else 'no acknowledgement'}"
             )
+
+
+@dataclass(frozen=True)
+class SnapshotRecords:
+    """What a snapshot's workers acknowledged, recorded by the workers themselves (this is
+    picklable: each worker process opens its own CaptureState). A record is written only once
+    Kafka acknowledged every row it covers, and durably before the worker sends another row, so
+    after any end of the capture (`kill -9` included) Kafka holds beyond the records at most
+    the piece each worker had in hand."""
+
+    bootstrap: str
+    prefix: str
+    slot: str
+    lsn: int  # the snapshot's consistent point: records of another snapshot do not count
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def open(self) -> CaptureState:
+        return CaptureState(self.bootstrap, self.prefix, self.extra)
+
+    def chunk_key(self, chunk_id: str) -> str:
+        """The chunk's every row is in Kafka: a resumed snapshot skips it."""
+        return f"{self.slot}/chunk/{chunk_id}"
+
+    def piece_key(self, chunk_id: str) -> str:
+        """The chunk's rows before page ``next_page`` are in Kafka: a resumed snapshot copies
+        the chunk from there."""
+        return f"{self.slot}/piece/{chunk_id}"
+
+    def resume_pages(self, recorded: dict[str, dict]) -> dict[str, int]:
+        """Chunk id → the page its copy resumes from, for chunks partly acknowledged."""
+        prefix = self.piece_key("")
+        return {key[len(prefix):]: value["next_page"] for key, value in recorded.items()
+                if key.startswith(prefix) and value.get("lsn") == self.lsn}
+
+    def keys(self, recorded: dict[str, dict], chunk_ids: list[str]) -> list[str]:
+        """Every record of the snapshot: those read at the start and those of ``chunk_ids``."""
+        prefixes = (self.chunk_key(""), self.piece_key(""))
+        return ([k for k in recorded if k.startswith(prefixes)]
+                + [key(c) for c in chunk_ids for key in (self.chunk_key, self.piece_key)])
