@@ -85,6 +85,10 @@ def capture(
         None, "--temporal-mode",
         help="logical (default: Avro date/time logical types) or plain (ints with connect.name "
              "annotations, which every Python consumer reads)"),
+    partitions: int | None = typer.Option(
+        None, "--partitions",
+        help="Partitions of each new table topic (keyed by murmur2: a row's events stay in one);"
+             " per table with table_partitions in --config [default: 1]"),
     config: Path | None = typer.Option(None, "--config", help="YAML file of these settings."),
 ) -> None:
     """Snapshot the source database, then stream its changes into Kafka, one topic per table."""
@@ -104,7 +108,7 @@ def capture(
         confirm_delay=confirm_delay,
         transaction_topic=transaction_topic or None,
         replica_identity_full=replica_identity_full or None, temporal_mode=temporal_mode,
-        config_file=config,
+        partitions=partitions, config_file=config,
     )
     stop = stop_on_signals()
     run_capture(settings, stop)

@@ -35,7 +35,7 @@ FLAGS = {
     "heartbeat_interval": "--heartbeat-interval", "transaction_topic": "--transaction-topic",
     "confirm_delay": "--confirm-delay",
     "replica_identity_full": "--replica-identity-full",
-    "temporal_mode": "--temporal-mode",
+    "temporal_mode": "--temporal-mode", "partitions": "--partitions",
 }
 # Never echoed back, not even when invalid: they may carry passwords.
 SECRET_FIELDS = {"postgres", "broker", "schema_registry", "kafka_config", "topic_config"}
@@ -79,6 +79,10 @@ class CaptureSettings(BaseSettings):
     # how dates and times are typed in the schemas (schemas/temporal.py): Avro logical types, or
     # plain ints with connect.name annotations that every Avro library reads
     temporal_mode: Literal["logical", "plain"] = "logical"
+    # partitions of a new table topic (an existing topic keeps its own), and per table
+    # ("schema.table": N, config file only) for the few big ones
+    partitions: int = Field(1, ge=1, le=10000)
+    table_partitions: dict[str, int] = {}
 
     config_file: Path | None = Field(None, exclude=True)
 
@@ -105,6 +109,19 @@ class CaptureSettings(BaseSettings):
         if v:
             check_kafka_config(v)
         return v
+
+    @field_validator("table_partitions")
+    @classmethod
+    def _partition_counts(cls, v: dict[str, int]) -> dict[str, int]:
+        for name, count in v.items():
+            if "." not in name or not isinstance(count, int) or not 1 <= count <= 10000:
+                raise ValueError(f"expects schema.table: partitions (1 to 10000), got {name}: "
+                                 f"{count}")
+        return v
+
+    def partitions_of(self, schema: str, table: str) -> int:
+        """The partition count a new topic of ``schema.table`` is created with."""
+        return self.table_partitions.get(f"{schema}.{table}", self.partitions)
 
     @property
     def publication_name(self) -> str:
