@@ -25,7 +25,7 @@ import psycopg
 
 from common.pg import connect
 from materializers.core.changes import Change, TableId, TopicPartition
-from materializers.core.sink import Offsets, RejectedChange
+from materializers.core.sink import Offsets, OffsetsMoved, RejectedChange
 from materializers.postgres import ownership
 from materializers.postgres.ddl import (
     ColumnShape,
@@ -125,6 +125,11 @@ class PostgresSink:
         self._builtin: dict[str, bool] = {}
         self._stage = 0
         self._segments = 0  # keyed segments applied, the clock of the direct COPY's back-off
+        # The stored offsets of the partitions this instance holds, as it last read or wrote
+        # them: another instance of the view that moved one (a truncate's barrier) is seen at
+        # the next write (OffsetsMoved), in the same transaction as the rows.
+        self._known: dict[TopicPartition, int | None] = {}
+        self._writing: dict[TopicPartition, int] = {}
         self._setup()
 
     # -- the Sink protocol ---------------------------------------------------------------
@@ -133,6 +138,7 @@ class PostgresSink:
         self._reset()
         found = _stored(self._conn, self.group_id, partitions)
         self._conn.rollback()
+        self._known = {tp: found.get(tp) for tp in partitions}
         return found
 
     @staticmethod
@@ -150,16 +156,38 @@ class PostgresSink:
         try:
             self._write(changes)
             if offsets:
-                with self._conn.cursor() as cur:
-                    cur.executemany(
-                        'insert into bottler.offsets (group_id, topic, "partition", next_offset)'
-                        " values (%s, %s, %s, %s) on conflict (group_id, topic, \"partition\")"
-                        " do update set next_offset = excluded.next_offset",
-                        [(self.group_id, t, p, o) for (t, p), o in offsets.items()],
-                    )
+                self._store_offsets(offsets)
         except BaseException:
             self._reset()
             raise
+
+    def _store_offsets(self, offsets: Offsets) -> None:
+        """Held partitions move only from the value last seen (compare and set: the row lock
+        orders this with another instance's write of it); others (a truncate's barrier for
+        partitions another instance holds) are set."""
+        held = {tp: o for tp, o in offsets.items() if tp in self._known}
+        others = [(self.group_id, t, p, o) for (t, p), o in offsets.items() if (t, p) not in held]
+        with self._conn.cursor() as cur:
+            for (t, p), o in held.items():
+                expected = self._known[(t, p)]
+                if expected is None:
+                    cur.execute('insert into bottler.offsets (group_id, topic, "partition",'
+                                " next_offset) values (%s, %s, %s, %s) on conflict do nothing",
+                                (self.group_id, t, p, o))
+                else:
+                    cur.execute('update bottler.offsets set next_offset = %s where group_id = %s'
+                                ' and topic = %s and "partition" = %s and next_offset = %s',
+                                (o, self.group_id, t, p, expected))
+                if cur.rowcount != 1:
+                    raise OffsetsMoved(f"{t}[{p}]: stored offset no longer {expected}")
+            if others:
+                cur.executemany(
+                    'insert into bottler.offsets (group_id, topic, "partition", next_offset)'
+                    " values (%s, %s, %s, %s) on conflict (group_id, topic, \"partition\")"
+                    " do update set next_offset = excluded.next_offset",
+                    others,
+                )
+        self._writing.update(held)
 
     def flush(self) -> None:
         try:
@@ -167,6 +195,8 @@ class PostgresSink:
         except BaseException:
             self._reset()
             raise
+        self._known.update(self._writing)
+        self._writing = {}
         self.flushes += 1
 
     def close(self) -> None:
@@ -437,6 +467,7 @@ class PostgresSink:
 
     def _reset(self) -> None:
         """Discard the open transaction and everything known of the tables in it."""
+        self._writing = {}
         self._tables.clear()
         self._builtin.clear()
         if self._conn.closed:
