@@ -59,6 +59,22 @@ def batch_size(default: int = 5000, help: str = "Messages per batch."):
     return typer.Option(default, "--batch-size", help=help)
 
 
+def join_group():
+    return typer.Option(
+        False, "--join-group", envvar="BOTTLER_JOIN_GROUP",
+        help="Share the table topics' partitions with the other instances of this view in its "
+        "consumer group: start several, and a rebalance moves partitions as they come and go "
+        "[env: BOTTLER_JOIN_GROUP]")
+
+
+def instance_id():
+    return typer.Option(
+        None, "--instance-id", envvar="BOTTLER_INSTANCE_ID",
+        help="With --join-group: this instance's stable name in the group (static membership:"
+        " restarted under the same name, it takes its partitions back without a rebalance) "
+        "[env: BOTTLER_INSTANCE_ID]", show_default=False)
+
+
 def once(help: str = "Stop once caught up."):
     return typer.Option(False, "--once", help=help)
 

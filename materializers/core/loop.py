@@ -90,6 +90,7 @@ class Materializer:
         consumer_config: dict[str, Any] | None = None,
         name: str | None = None,
         join_group: bool = False,
+        instance_id: str | None = None,
     ):
         self.name = name or group_id
         # Share the partitions with the other instances of the view in ``group_id`` (a
@@ -130,6 +131,9 @@ class Materializer:
             "fetch.queue.backoff.ms": 20,
             **BACKLOG_READER,
             **(GROUP_SETTINGS if join_group else {}),
+            # static membership: a restarted instance takes its partitions back at once, with
+            # no rebalance (and on a broker that never expires a killed member's session)
+            **({"group.instance.id": instance_id} if join_group and instance_id else {}),
             **(consumer_config or {}),
         }
         self.decoder = Decoder(registry)
@@ -232,10 +236,10 @@ class Materializer:
         # moved by another instance: nothing of it applied, the next holder reads on
         with contextlib.suppress(OffsetsMoved):
             self._settle()
-        self._commit_pending(asynchronous=False)
         keys = [(tp.topic, tp.partition) for tp in partitions]
         self.tracker.revoke(keys)
-        for key in keys:
+        for key in keys:  # the group's generation is over: the next holder commits them
+            self._pending_commit.pop(key, None)
             self._assigned.discard(key)
             self._position.pop(key, None)
             self._written.pop(key, None)

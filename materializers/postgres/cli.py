@@ -21,6 +21,8 @@ def materialize_postgres(
     on_poison: str = options.on_poison(),
     batch_size: int = options.batch_size(),
     once: bool = options.once(),
+    join_group: bool = options.join_group(),
+    instance_id: str | None = options.instance_id(),
     adopt_existing: bool = typer.Option(
         False, "--adopt-existing",
         help="Write into target tables that already hold rows the replica did not write "
@@ -40,7 +42,7 @@ def materialize_postgres(
         materializer = Materializer(
             sink, bootstrap=broker, registry=schema_registry, group_id=group_id,
             topics=topics or None, prefix=topic_prefix, on_poison=on_poison,  # type: ignore[arg-type]
-            batch_size=batch_size,
+            batch_size=batch_size, join_group=join_group, instance_id=instance_id,
         )
         if once:
             materializer.run_until_caught_up()

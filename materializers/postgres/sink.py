@@ -91,6 +91,9 @@ class _Segment:
     appended: list[Change] = field(default_factory=list)  # unkeyed upserts, in order
 
 
+DDL_LOCK = 0x626F74746C6572  # "bottler": the advisory lock of table creation and evolution
+
+
 def _stored(conn: psycopg.Connection, group_id: str,
             partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
     wanted = set(partitions)
@@ -374,6 +377,9 @@ class PostgresSink:
         schema = segment.value_schema
         if known is not None and (schema is None or known.schema_id == segment.value_schema_id):
             return known
+        # Instances of the view (one consumer group) meeting a new table or schema version at
+        # once: one creates or alters it, the others wait for its commit and then see it.
+        self._conn.execute("select pg_advisory_xact_lock(%s)", (DDL_LOCK,))
         existing = existing_shape(self._conn, segment.table)
         if schema is None:  # deletes only: the table as it is
             if existing is None:

@@ -14,7 +14,7 @@ INDEX_HELP = "The alias searches use; bottler writes its physical indices NAME-1
 
 
 def _reader_options(broker, schema_registry, topic_prefix, topics, mapping, transform,
-                    on_poison, batch_size):
+                    on_poison, batch_size, join_group=False, instance_id=None):
     from materializers.core import poison
     from materializers.search.documents import load_transform
     from materializers.search.indices import load_definition
@@ -25,6 +25,7 @@ def _reader_options(broker, schema_registry, topic_prefix, topics, mapping, tran
         bootstrap=broker, registry=schema_registry, prefix=topic_prefix, topics=topics or None,
         on_poison=on_poison, batch_size=batch_size, definition=load_definition(mapping),
         transform=load_transform(transform) if transform else None,
+        loop_options={"join_group": True, "instance_id": instance_id} if join_group else {},
     )
 
 
@@ -52,6 +53,8 @@ def materialize_search(
     on_poison: str = OnPoison,
     batch_size: int = BatchSize,
     once: bool = options.once(),
+    join_group: bool = options.join_group(),
+    instance_id: str | None = options.instance_id(),
     metrics_port: int | None = options.MetricsPort,
     metrics_host: str = options.MetricsHost,
 ) -> None:
@@ -61,7 +64,8 @@ def materialize_search(
     from materializers.search.reader import LiveReader
 
     reader_options = _reader_options(broker, schema_registry, topic_prefix, topics, mapping,
-                                     transform, on_poison, batch_size)
+                                     transform, on_poison, batch_size, join_group,
+                                     instance_id)
     options.serve_metrics(metrics_port, metrics_host)
     reader = LiveReader(SearchClient(search), index, reader_options)
     if once:
