@@ -64,7 +64,7 @@ def _search_state(client: SearchClient, index: str) -> dict[str, dict]:
     state: dict[str, dict] = {}
     for table, (key, column) in SHOP.items():
         answer = client.request("POST", f"/{index}/_search", {
-            "query": {"term": {TABLE_FIELD: f"public.{table}"}}, "size": 50_000})
+            "query": {"term": {TABLE_FIELD: f"public.{table}"}}, "size": 10_000})
         state[table] = {tuple(h["_source"][k] for k in key): h["_source"][column]
                         for h in answer["hits"]["hits"]}
     return state
