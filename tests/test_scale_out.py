@@ -18,6 +18,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bottler.migrate.verify import verify
+from bottler.status.groups import GroupReader
 from capture import topics
 from compose.demo import seed
 from compose.load import run_load
@@ -126,6 +127,15 @@ def test_two_instances_of_each_view_share_the_partitions_and_survive_a_kill_and_
             except AssertionError:
                 raise AssertionError(f"the replica differs: {differences}") from None
             expected = _source_state(source)
+
+            def instances():  # as `bottler status` shows them
+                held = {i.name: i.partitions.get(f"{prefix}.orders", [])
+                        for i in GroupReader(stack.kafka).read() if i.group == "bottler-postgres"}
+                return held if set(held) == {"r1", "r2"} else None
+
+            held = wait_for(instances, 30, "both replica instances listed with their partitions")
+            assert sorted(held["r1"] + held["r2"]) == [0, 1, 2, 3]
+            assert held["r1"] and held["r2"]
             try:
                 wait_for(lambda: _search_state(client, index) == expected, 180,
                          "the search index to equal the source")

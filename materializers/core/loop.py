@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import socket
 import sys
 import threading
 import time
@@ -134,6 +136,9 @@ class Materializer:
             # static membership: a restarted instance takes its partitions back at once, with
             # no rebalance (and on a broker that never expires a killed member's session)
             **({"group.instance.id": instance_id} if join_group and instance_id else {}),
+            # how `bottler status` names the instance
+            **({"client.id": instance_id or f"{self.name}@{socket.gethostname()}:{os.getpid()}"}
+               if join_group else {}),
             **(consumer_config or {}),
         }
         self.decoder = Decoder(registry)
