@@ -144,6 +144,13 @@ class PostgresSink:
         self._known = {tp: found.get(tp) for tp in partitions}
         return found
 
+    def peek_offsets(self, partitions: Sequence[TopicPartition]) -> Offsets:
+        """The stored offsets now, between batches (nothing unflushed), keeping what is known
+        of the tables: the consumer loop's look for partitions another instance moved."""
+        found = _stored(self._conn, self.group_id, partitions)
+        self._conn.rollback()
+        return found
+
     @staticmethod
     def stored(target_dsn: str, group_id: str,
                partitions: Sequence[TopicPartition]) -> Offsets | None:
