@@ -84,6 +84,10 @@ def capture(
         "--recover-lost-slot", default=False,
         help="If the slot was invalidated (wal_status lost): reset the topics, new slot, "
         "snapshot."),
+    partitions: int | None = option(
+        "--partitions",
+        help="Partitions of each new table topic (keyed by murmur2: a row's events stay in one);"
+             " per table with table_partitions in --config [default: 1]"),
     config_file: Path | None = options.Config,
 ) -> None:
     """Snapshot the source database, then stream its changes into Kafka, one topic per table."""

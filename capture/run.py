@@ -88,7 +88,7 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, admin:
             topics.ensure_topics(admin, [], [on_error.topic], created=undo.topics,
                                  config=on_error.topic_config(s.topic_config))
         tables = Tables(catalog, registrar, admin, s.topic_prefix, s.output_format,
-                        s.allow_unkeyed, s.topic_config, s.temporal_mode)
+                        s.allow_unkeyed, s.topic_config, s.temporal_mode, s.partitions_of)
         tables.created_topics = undo.topics
         recorded = progress.read_all()
         job = _resume_or_restart(s, catalog, recorded)

@@ -47,6 +47,10 @@ class CaptureSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings, Metr
     slot_warn_retained_mb: int = Field(10240, ge=1)  # warn when the slot keeps this much WAL
     slot_warn_safe_mb: int = Field(2048, ge=0)  # ... or is this close to being invalidated
     recover_lost_slot: bool = False
+    # partitions of a new table topic (an existing topic keeps its own), and per table
+    # ("schema.table": N, config file only) for the few big ones
+    partitions: int = Field(1, ge=1, le=10000)
+    table_partitions: dict[str, int] = {}
 
     @field_validator("slot")
     @classmethod
@@ -71,6 +75,19 @@ class CaptureSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings, Metr
     @classmethod
     def _topic_properties(cls, v: Any) -> Any:
         return parse_properties(v, "-T") if isinstance(v, list | tuple) else v
+
+    @field_validator("table_partitions")
+    @classmethod
+    def _partition_counts(cls, v: dict[str, int]) -> dict[str, int]:
+        for name, count in v.items():
+            if "." not in name or not isinstance(count, int) or not 1 <= count <= 10000:
+                raise ValueError(f"expects schema.table: partitions (1 to 10000), got {name}: "
+                                 f"{count}")
+        return v
+
+    def partitions_of(self, schema: str, table: str) -> int:
+        """The partition count a new topic of ``schema.table`` is created with."""
+        return self.table_partitions.get(f"{schema}.{table}", self.partitions)
 
     @property
     def publication_name(self) -> str:

@@ -4,6 +4,7 @@ following Relation messages from the stream (new tables, schema changes)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import psycopg
 from confluent_kafka.admin import AdminClient
@@ -35,6 +36,7 @@ class Tables:
         allow_unkeyed: bool,
         topic_config: dict[str, str],
         temporal_mode: str = "logical",
+        partitions_of: Callable[[str, str], int] = lambda schema, table: 1,
     ):
         self.catalog = catalog
         self.registrar = registrar
@@ -44,6 +46,7 @@ class Tables:
         self.allow_unkeyed = allow_unkeyed
         self.topic_config = topic_config
         self.temporal_mode = temporal_mode
+        self.partitions_of = partitions_of
         self.created_topics: list[str] = []  # by this run: a failed start removes them
         self._codecs: dict[int, TableCodec] = {}
         self._type_cache: dict = {}
@@ -95,13 +98,14 @@ class Tables:
             )
         topic = table_topic(self.prefix, schema, name)
         if oid not in self._codecs:
+            partitions = self.partitions_of(schema, name)
             if key:
                 topics.ensure_topics(self.admin, [topic], config=self.topic_config,
-                                     created=self.created_topics)
+                                     created=self.created_topics, partitions=partitions)
             else:  # Kafka refuses keyless messages in compacted topics: keep them all instead
                 topics.ensure_topics(self.admin, [], [topic],
                                      config={**self.topic_config, "retention.ms": "-1"},
-                                     created=self.created_topics)
+                                     created=self.created_topics, partitions=partitions)
         spec = make_spec(schema, name, topic, columns, key, self.fmt, self.registrar,
                          self.temporal_mode)
         self._codecs[oid] = spec.codec()

@@ -12,6 +12,13 @@ non-compacted topics:
 
 and `[prefix.]_bottler.capture` (compacted) holds each slot's progress, such as whether its
 snapshot is complete.
+
+A table topic is created with the partitions asked for (``--partitions``, ``table_partitions``;
+the producer's murmur2 partitioner keeps every event of a row in one partition). An existing
+topic keeps the count it has: changing it would move keys to other partitions and break the
+order of a row's events; a count that differs from the setting is one warning line. Control
+topics have one partition: a truncate event is read in order with the others, and it names the
+end offset of every partition of its table topic.
 """
 
 from __future__ import annotations
@@ -38,23 +45,33 @@ def ensure_topics(
     compacted: list[str],
     plain: list[str] = (),
     config: dict[str, str] | None = None,
-    partitions: int = 1,
+    partitions: int | None = None,
     created: list[str] | None = None,
 ) -> None:
     """Create the missing topics; ``config`` (the user's -T settings) applies to all of them,
     to the existing ones (the capture's own) too, so that raising a limit with -T (say
     ``max.message.bytes``, as the oversized-message hint asks) takes effect at the next start.
-    Those created are added to ``created`` (a failed start removes them again)."""
+    New topics get ``partitions`` (default 1); existing ones keep theirs, a different count
+    logged once (see the module's doc). Those created are added to ``created`` (a failed start
+    removes them again)."""
     wanted = {t: {**(config or {}), "cleanup.policy": "compact"} for t in compacted}
     wanted |= {t: {**(config or {}), "cleanup.policy": "delete"} for t in plain}
     try:
-        existing = set(admin.list_topics(timeout=10).topics)
+        existing = admin.list_topics(timeout=10).topics
     except KafkaException as exc:
         raise unreachable_broker(exc.args[0].str()) from None
     if config:
         _alter_configs(admin, [t for t in wanted if t in existing], config)
+    if partitions is not None:
+        for topic in wanted:
+            if topic in existing and (has := len(existing[topic].partitions)) != partitions:
+                log.warning(
+                    "topic %s has %d partition%s, the setting asks for %d: kept as it is (a new"
+                    " count would move rows to other partitions); to change it, capture under a"
+                    " new --topic-prefix and rebuild the views", topic, has,
+                    "" if has == 1 else "s", partitions)
     new = [
-        NewTopic(t, num_partitions=partitions, config=cfg)
+        NewTopic(t, num_partitions=partitions or 1, config=cfg)
         for t, cfg in wanted.items() if t not in existing
     ]
     if not new:

@@ -68,6 +68,22 @@ def batch_size(default: int = 5000, help: str = "Messages per batch."):
     return option("--batch-size", help=f"{help} [default: {default}]")
 
 
+def join_group():
+    return option(
+        "--join-group", default=False,
+        help="Share the table topics' partitions with the other instances of this view in its "
+        "consumer group: start several, and a rebalance moves partitions as they come and go "
+        "[env: BOTTLER_JOIN_GROUP]")
+
+
+def instance_id():
+    return option(
+        "--instance-id",
+        help="With --join-group: this instance's stable name in the group (static membership:"
+        " restarted under the same name, it takes its partitions back without a rebalance) "
+        "[env: BOTTLER_INSTANCE_ID]")
+
+
 def once(help: str = "Stop once caught up."):
     return option("--once", help=help, default=False)
 

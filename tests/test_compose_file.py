@@ -387,7 +387,15 @@ def test_bottler_variables_point_at_services_in_this_file(
 
 
 # BOTTLER_* variables that only some services have, beside the four every one gets.
-EXTRA_VARIABLES = {"replica": {"BOTTLER_TARGET_DSN"}, "warehouse": {"BOTTLER_WAREHOUSE_PATH"}}
+EXTRA_VARIABLES = {"replica": {"BOTTLER_TARGET_DSN", "BOTTLER_JOIN_GROUP"},
+                   "search": {"BOTTLER_JOIN_GROUP"}, "warehouse": {"BOTTLER_WAREHOUSE_PATH"}}
+
+
+def test_the_views_scale_out_in_one_consumer_group(services: dict[str, Any]) -> None:
+    for name, variable in (("replica", "REPLICA_INSTANCES"), ("search", "SEARCH_INSTANCES")):
+        assert environment(services[name])["BOTTLER_JOIN_GROUP"] == "true"
+        assert services[name]["deploy"]["replicas"] == f"${{{variable}:-1}}"
+        assert "container_name" not in services[name]  # a fixed name cannot be scaled
 
 
 @pytest.mark.parametrize("name", sorted(BOTTLER_IMAGE_SERVICES))

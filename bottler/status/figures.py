@@ -36,6 +36,16 @@ class Topic:
 
 
 @dataclass
+class Instance:
+    """One instance of a view in a consumer group and the partitions it holds."""
+
+    group: str
+    name: str  # its --instance-id, else its client id
+    host: str
+    partitions: dict[str, list[int]]  # topic -> partitions
+
+
+@dataclass
 class Capture:
     app: str
     snapshot_complete: bool
@@ -103,6 +113,8 @@ class Snapshot:
     slots_error: str | None = None
     topics: list[Topic] | None = None  # None: no broker to ask
     topics_error: str | None = None
+    instances: list[Instance] | None = None  # views sharing a consumer group (--join-group)
+    instances_error: str | None = None
     apps: list[App] = field(default_factory=list)
 
     @property

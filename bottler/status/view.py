@@ -33,7 +33,21 @@ def render(snap: Snapshot) -> RenderableType:
         parts.append(_slots(snap))
     if snap.topics is not None or snap.topics_error:
         parts.append(_topics(snap))
+    if snap.instances or snap.instances_error:
+        parts.append(_instances(snap))
     return Group(*parts, _processes(snap))
+
+
+def _instances(snap: Snapshot) -> RenderableType:
+    """The views running as several instances (--join-group): who holds which partitions."""
+    if snap.instances_error:
+        return _error("View instances", snap.instances_error)
+    table = _table("View instances (consumer groups)", "group", "instance", "host",
+                   "partitions held")
+    for i in snap.instances or []:
+        held = "; ".join(f"{t}[{','.join(map(str, p))}]" for t, p in i.partitions.items())
+        table.add_row(i.group, i.name, i.host or "-", held)
+    return table
 
 
 def _slots(snap: Snapshot) -> RenderableType:

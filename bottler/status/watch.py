@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bottler.status.figures import App, Restarts, Snapshot, Unavailable
+from bottler.status.groups import GroupReader
 from bottler.status.scrape import scrape
 from bottler.status.slots import SlotReader
 from bottler.status.topics import TopicReader
@@ -78,6 +79,7 @@ class Watcher:
         self.timeout = timeout
         self.slots = SlotReader(target.postgres, timeout) if target.postgres else None
         self.topics = TopicReader(target.broker, timeout) if target.broker else None
+        self.groups = GroupReader(target.broker, timeout) if target.broker else None
 
     def snapshot(self) -> Snapshot:
         snap = Snapshot(redact(self.target.title))
@@ -91,6 +93,11 @@ class Watcher:
                 snap.topics = self.topics.read()
             except Unavailable as exc:
                 snap.topics_error = str(exc)
+        if self.groups is not None and snap.topics_error is None:
+            try:
+                snap.instances = self.groups.read()
+            except Unavailable as exc:
+                snap.instances_error = str(exc)
         stopped = self.target.stopped()
         restarts = self.target.restarts()
         for name, url in self.target.apps.items():

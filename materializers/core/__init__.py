@@ -7,10 +7,10 @@ from materializers.core.lag import LagTracker
 from materializers.core.loop import Materializer
 from materializers.core.memory import MemorySink
 from materializers.core.poison import PoisonMessage
-from materializers.core.sink import Offsets, RejectedChange, Sink
+from materializers.core.sink import Offsets, OffsetsMoved, RejectedChange, Sink
 
 __all__ = [
     "Change", "DecodeError", "Decoder", "LagTracker", "Materializer", "MemorySink", "Offsets",
-    "Op", "PoisonMessage", "RejectedChange", "Sink", "TableId", "TopicPartition", "freeze",
-    "table_of",
+    "OffsetsMoved", "Op", "PoisonMessage", "RejectedChange", "Sink", "TableId", "TopicPartition",
+    "freeze", "table_of",
 ]

@@ -18,7 +18,10 @@ read as watermarks.py does, so a broker restart is a pause.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import socket
 import sys
 import threading
 import time
@@ -37,7 +40,7 @@ from materializers.core.changes import Change, TableId, TopicPartition, table_of
 from materializers.core.decode import DecodeError, Decoder
 from materializers.core.lag import LagTracker
 from materializers.core.poison import DeadLetters, PoisonMessage, PoisonPolicy
-from materializers.core.sink import Offsets, Sink
+from materializers.core.sink import Offsets, OffsetsMoved, Sink
 from schemas.topics import DEAD_LETTER, TRUNCATE, table_topics, with_prefix
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,9 @@ DISCOVERY_INTERVAL = 5.0  # seconds between looks for new table topics
 # durable (the embedded broker saves everything it holds after one: a core's worth of CPU at a
 # commit per batch during a rebuild).
 INFORMATIVE_COMMIT_INTERVAL = 30.0
+# Instances sharing a group: a killed one's partitions move on after this long without heartbeat.
+GROUP_SETTINGS = {"session.timeout.ms": 10000, "heartbeat.interval.ms": 1000,
+                  "partition.assignment.strategy": "range,roundrobin"}  # eager: see _revoked
 
 
 class Materializer:
@@ -90,8 +96,15 @@ class Materializer:
         consumer_config: dict[str, Any] | None = None,
         name: str | None = None,
         skip: Callable[[Message], bool] | None = None,
+        join_group: bool = False,
+        instance_id: str | None = None,
     ):
         self.name = name or group_id
+        # Share the partitions with the other instances of the view in ``group_id`` (a
+        # consumer-group subscription) instead of assigning them all to this process.
+        self.join_group = join_group
+        self._generation = 0  # assignments so far (a rebalance during a consume voids it)
+        self._written: dict[TopicPartition, int] = {}  # offsets stored by us, per held partition
         self.dead_letters = DeadLetters(on_poison, name=self.name, bootstrap=bootstrap,
                                         topic=with_prefix(prefix, DEAD_LETTER))
         self.sink = sink
@@ -111,6 +124,7 @@ class Materializer:
         self.truncate_topic = with_prefix(prefix, TRUNCATE)
         self.dead_letter_topic = self.dead_letters.topic
         self.topics = list(topics) if topics is not None else None
+        self.pattern = pattern
         self.is_table_topic = table_topics(prefix, self.topics, pattern)
         self._consumer_config = {
             **client_config(bootstrap),
@@ -124,6 +138,13 @@ class Materializer:
             "queued.min.messages": 2 * batch_size,
             "fetch.queue.backoff.ms": 20,
             **BACKLOG_READER,
+            **(GROUP_SETTINGS if join_group else {}),
+            # static membership: a restarted instance takes its partitions back at once, with
+            # no rebalance (and on a broker that never expires a killed member's session)
+            **({"group.instance.id": instance_id} if join_group and instance_id else {}),
+            # how `bottler status` names the instance
+            **({"client.id": instance_id or f"{self.name}@{socket.gethostname()}:{os.getpid()}"}
+               if join_group else {}),
             **(consumer_config or {}),
         }
         self.decoder = Decoder(registry)
@@ -160,7 +181,7 @@ class Materializer:
         try:
             while stop_event is None or not stop_event.is_set():
                 self.step()
-            self._settle()
+            self._settled()
         finally:
             self._close()
 
@@ -174,7 +195,7 @@ class Materializer:
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"not caught up after {timeout}s: lag {self.lag()}")
                 self.step()
-            self._settle()
+            self._settled()
         finally:
             self._close()
 
@@ -187,8 +208,52 @@ class Materializer:
         self._background = ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}-apply")
         self._gave_back = False
         self._next_discovery = 0.0
-        self._discover()
+        if self.join_group:
+            self._consumer.subscribe(self._subscription(), on_assign=self._assigned_by_group,
+                                     on_revoke=self._revoked, on_lost=self._revoked)
+        else:
+            self._discover()
 
+    def _subscription(self) -> list[str]:
+        """The group subscription: the listed table topics or a regex of them (librdkafka
+        takes a name starting with ^ as one), and the truncate topic; partitions of a topic
+        matched but not a table topic (other control topics) are left unassigned."""
+        if self.topics is not None:
+            return [*self.topics, self.truncate_topic]
+        if self.pattern:
+            regex = self.pattern
+        elif self.prefix:
+            regex = "^" + self.prefix.replace(".", "\\.") + "\\..*"
+        else:
+            regex = "^[^_].*"
+        return [regex if regex.startswith("^") else "^" + regex, self.truncate_topic]
+
+    def _assigned_by_group(self, consumer: Consumer,
+                           partitions: list[KafkaTopicPartition]) -> None:
+        """A rebalance gave this instance ``partitions`` (all it holds: the assignment is
+        eager): each resumes from the offsets stored with the data."""
+        self._generation += 1
+        self._assigned.clear()
+        self._position.clear()
+        self._on_assign(consumer, partitions, whole=True)
+        log.info("%s: holds %s", self.name, ", ".join(
+            f"{t}[{p}]" for t, p in sorted(self._assigned)) or "no partition")
+
+    def _revoked(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
+        """Partitions go to another instance: the batch being applied is finished first (its
+        offsets stored with it), so the next holder resumes exactly after it; a batch read but
+        not applied yet is voided by the new generation (step)."""
+        self._generation += 1
+        # moved by another instance: nothing of it applied, the next holder reads on
+        with contextlib.suppress(OffsetsMoved):
+            self._settle()
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        self.tracker.revoke(keys)
+        for key in keys:  # the group's generation is over: the next holder commits them
+            self._pending_commit.pop(key, None)
+            self._assigned.discard(key)
+            self._position.pop(key, None)
+            self._written.pop(key, None)
     def _discover(self) -> None:
         """Assign the partitions of matching topics not assigned yet: at start, then now and
         then for tables created later. Partitions are assigned by hand, not through a group
@@ -229,14 +294,16 @@ class Materializer:
             finally:
                 self._consumer = None
         self._assigned.clear()
+        self._written.clear()
 
-    def _on_assign(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
+    def _on_assign(self, consumer: Consumer, partitions: list[KafkaTopicPartition],
+                   whole: bool = False) -> None:
         wanted = [
             tp for tp in partitions
             if tp.topic == self.truncate_topic or self.is_table_topic(tp.topic)
         ]
         keys = [(tp.topic, tp.partition) for tp in wanted]
-        self._settle()  # the sink is called for one thing at a time
+        self._settled()  # the sink is called for one thing at a time
         stored = self.sink.stored_offsets(keys) if keys else {}
         if stored is None:
             committed = consumer.committed(wanted, timeout=30) if wanted else []
@@ -245,8 +312,12 @@ class Materializer:
             start = {k: stored.get(k, 0) for k in keys}
         for tp in wanted:
             tp.offset = start[(tp.topic, tp.partition)]
-        consumer.incremental_assign(wanted)
+        if whole:
+            consumer.assign(wanted)
+        else:
+            consumer.incremental_assign(wanted)
         self._assigned |= set(keys)
+        self._written.update(start)
         self._position.update(start)
         self.tracker.assign(start)
         self._sink_keeps_offsets = stored is not None
@@ -262,15 +333,21 @@ class Materializer:
         timeout = self.batch_timeout
         if self._keeping_up and self.caught_up.is_set():
             timeout = min(timeout, self.live_batch_timeout)
-        self._discover()
+        generation = self._generation
+        if not self.join_group:
+            self._discover()
         messages = self._consumer.consume(self.batch_size, timeout)
         self._keeping_up = len(messages) < self.batch_size
+        if generation != self._generation:  # a rebalance within the consume
+            self._refetch(messages)
+            messages = []
         batch = self._collect(messages)
-        self._settle()
+        if not self._settled():  # another instance moved our partitions: the batch is void
+            batch = None
         if batch is not None:
             self._applying = (self._background.submit(self._apply, *batch), batch[1])
         if self._keeping_up:  # not behind: nothing to overlap, and the markers need it applied
-            self._settle()
+            self._settled()
             self._past_markers()
         self._refresh_watermarks(force=self._keeping_up)
         self.tracker.check()
@@ -278,6 +355,52 @@ class Materializer:
             self._gave_back = True
             gctune.give_back()  # the backlog's fetch buffers, freed by now
         self._show_progress()
+
+    def _refetch(self, messages: list[Message]) -> None:
+        """Messages returned by a consume during which the assignment changed may come from
+        before it: none is used; the partitions held now that they came from are read again
+        from our positions (the others start there anyway)."""
+        for tp in {(m.topic(), m.partition()) for m in messages if m.error() is None}:
+            if tp in self._position and tp in self._assigned:
+                # not fetching yet (KafkaException): it starts at the assigned offset, ours
+                with contextlib.suppress(KafkaException):
+                    self._consumer.seek(KafkaTopicPartition(*tp, self._position[tp]))
+
+    def _settled(self) -> bool:
+        """:meth:`_settle`, False when another instance moved the stored offsets of our
+        partitions (nothing of the batch was applied): positions are then read again."""
+        try:
+            self._settle()
+            return True
+        except OffsetsMoved as exc:
+            log.info("%s: %s: resuming from the stored offsets", self.name, exc)
+            self._resync()
+            return False
+
+    def _resync(self) -> None:
+        """Resume every held partition from the offsets stored with the data."""
+        keys = sorted(self._assigned)
+        stored = self.sink.stored_offsets(keys) or {}
+        for tp in keys:
+            offset = stored.get(tp, 0)
+            if self._position.get(tp) != offset:
+                self._consumer.seek(KafkaTopicPartition(*tp, offset))
+                self._position[tp] = offset
+                self.tracker.assign({tp: offset})
+            self._written[tp] = offset
+
+    def _moved_elsewhere(self) -> None:
+        """Another instance moved a partition we hold (a truncate it applied set its barrier):
+        seen now, with nothing in flight, even when no message of it arrives."""
+        if not (self.join_group and self._sink_keeps_offsets and self._assigned):
+            return
+        # a sink may offer a lighter read for this (the replica keeps its table cache)
+        peek = getattr(self.sink, "peek_offsets", self.sink.stored_offsets)
+        stored = peek(sorted(self._assigned)) or {}
+        if any(stored.get(tp, 0) != self._written.get(tp, 0) for tp in self._assigned):
+            log.info("%s: another instance moved the stored offsets of our partitions: "
+                     "resuming from them", self.name)
+            self._resync()
 
     def _settle(self) -> None:
         """Wait for the batch being applied: raise its failure, or count its offsets as done."""
@@ -429,6 +552,7 @@ class Materializer:
             return msg.key(), msg.value()
 
         applied = poison.apply(self.sink, changes, offsets, self.dead_letters, content)
+        self._written.update({tp: o for tp, o in offsets.items() if tp in self._assigned})
         if self._sink_keeps_offsets:
             # The sink restarts from its own offsets: the group's commit is informative, made
             # now and then and at close, never holding up a batch.
@@ -468,7 +592,9 @@ class Materializer:
     def _refresh_watermarks(self, force: bool) -> None:
         if not self._watermarks.due(force, self.caught_up.is_set()):
             return
-        self._settle()  # a lost log end is judged against what was applied
+        if not self._settled():  # a lost log end is judged against what was applied
+            return
+        self._moved_elsewhere()
         marks = watermarks.read(self._consumer, self.tracker.partitions, self.name)
         if marks is None:  # the broker restarting: the lag waits for it
             return

@@ -23,6 +23,13 @@ class RejectedChange(Exception):  # noqa: N818 - the name says what happened
         self.reason = reason
 
 
+class OffsetsMoved(Exception):  # noqa: N818 - the name says what happened
+    """Raised by ``write`` or ``flush`` (nothing of the batch applied) when another instance of
+    the view moved a partition's stored offsets since this one read or wrote them: a truncate
+    set the partition to its barrier, or the partition was given to another instance. The loop
+    reads the stored offsets again and resumes from them."""
+
+
 @runtime_checkable
 class Sink(Protocol):
     """A target the consumer loop writes to. The loop calls, one call at a time and in this

@@ -22,6 +22,8 @@ class ReplicaSettings(options.ViewSettings, MetricsSettings):
     adopt_existing: bool = False
     seed_from: str | None = Field(None, validation_alias=env("BOTTLER_SEED_DSN"))
     seed_workers: int = Field(2, ge=1)
+    join_group: bool = False
+    instance_id: str | None = None
 
 
 def materialize_postgres(
@@ -38,6 +40,8 @@ def materialize_postgres(
     on_poison: str | None = options.on_poison(),
     batch_size: int | None = options.batch_size(),
     once: bool = options.once(),
+    join_group: bool = options.join_group(),
+    instance_id: str | None = options.instance_id(),
     adopt_existing: bool = option(
         "--adopt-existing", default=False,
         help="Write into target tables that already hold rows the replica did not write "
@@ -68,7 +72,7 @@ def materialize_postgres(
         materializer = Materializer(
             sink, bootstrap=s.kafka, registry=s.schema_registry, group_id=s.group_id,
             topics=s.topics or None, prefix=s.topic_prefix, on_poison=s.on_poison,
-            batch_size=s.batch_size,
+            batch_size=s.batch_size, join_group=s.join_group, instance_id=s.instance_id,
         )
         if s.seed_from:
             stop = stop_on_signals()  # a stopped seed is copied again by the next start

@@ -25,7 +25,7 @@ import psycopg
 
 from common.pg import connect
 from materializers.core.changes import Change, TableId, TopicPartition
-from materializers.core.sink import Offsets, RejectedChange
+from materializers.core.sink import Offsets, OffsetsMoved, RejectedChange
 from materializers.postgres import ownership, seeds
 from materializers.postgres.ddl import (
     ColumnShape,
@@ -91,6 +91,9 @@ class _Segment:
     appended: list[Change] = field(default_factory=list)  # unkeyed upserts, in order
 
 
+DDL_LOCK = 0x626F74746C6572  # "bottler": the advisory lock of table creation and evolution
+
+
 def _stored(conn: psycopg.Connection, group_id: str,
             partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
     wanted = set(partitions)
@@ -132,12 +135,25 @@ class PostgresSink:
         self._builtin: dict[str, bool] = {}
         self._stage = 0
         self._segments = 0  # keyed segments applied, the clock of the direct COPY's back-off
+        # The stored offsets of the partitions this instance holds, as it last read or wrote
+        # them: another instance of the view that moved one (a truncate's barrier) is seen at
+        # the next write (OffsetsMoved), in the same transaction as the rows.
+        self._known: dict[TopicPartition, int | None] = {}
+        self._writing: dict[TopicPartition, int] = {}
         self._setup()
 
     # -- the Sink protocol ---------------------------------------------------------------
 
     def stored_offsets(self, partitions: Sequence[TopicPartition]) -> Offsets | None:
         self._reset()
+        found = _stored(self._conn, self.group_id, partitions)
+        self._conn.rollback()
+        self._known = {tp: found.get(tp) for tp in partitions}
+        return found
+
+    def peek_offsets(self, partitions: Sequence[TopicPartition]) -> Offsets:
+        """The stored offsets now, between batches (nothing unflushed), keeping what is known
+        of the tables: the consumer loop's look for partitions another instance moved."""
         found = _stored(self._conn, self.group_id, partitions)
         self._conn.rollback()
         return found
@@ -157,16 +173,38 @@ class PostgresSink:
         try:
             self._write(changes)
             if offsets:
-                with self._conn.cursor() as cur:
-                    cur.executemany(
-                        'insert into bottler.offsets (group_id, topic, "partition", next_offset)'
-                        " values (%s, %s, %s, %s) on conflict (group_id, topic, \"partition\")"
-                        " do update set next_offset = excluded.next_offset",
-                        [(self.group_id, t, p, o) for (t, p), o in offsets.items()],
-                    )
+                self._store_offsets(offsets)
         except BaseException:
             self._reset()
             raise
+
+    def _store_offsets(self, offsets: Offsets) -> None:
+        """Held partitions move only from the value last seen (compare and set: the row lock
+        orders this with another instance's write of it); others (a truncate's barrier for
+        partitions another instance holds) are set."""
+        held = {tp: o for tp, o in offsets.items() if tp in self._known}
+        others = [(self.group_id, t, p, o) for (t, p), o in offsets.items() if (t, p) not in held]
+        with self._conn.cursor() as cur:
+            for (t, p), o in held.items():
+                expected = self._known[(t, p)]
+                if expected is None:
+                    cur.execute('insert into bottler.offsets (group_id, topic, "partition",'
+                                " next_offset) values (%s, %s, %s, %s) on conflict do nothing",
+                                (self.group_id, t, p, o))
+                else:
+                    cur.execute('update bottler.offsets set next_offset = %s where group_id = %s'
+                                ' and topic = %s and "partition" = %s and next_offset = %s',
+                                (o, self.group_id, t, p, expected))
+                if cur.rowcount != 1:
+                    raise OffsetsMoved(f"{t}[{p}]: stored offset no longer {expected}")
+            if others:
+                cur.executemany(
+                    'insert into bottler.offsets (group_id, topic, "partition", next_offset)'
+                    " values (%s, %s, %s, %s) on conflict (group_id, topic, \"partition\")"
+                    " do update set next_offset = excluded.next_offset",
+                    others,
+                )
+        self._writing.update(held)
 
     def flush(self) -> None:
         try:
@@ -174,6 +212,8 @@ class PostgresSink:
         except BaseException:
             self._reset()
             raise
+        self._known.update(self._writing)
+        self._writing = {}
         self.flushes += 1
 
     def seeded_tables(self) -> dict[str, seeds.Seeded]:
@@ -372,6 +412,9 @@ class PostgresSink:
         schema = segment.value_schema
         if known is not None and (schema is None or known.schema_id == segment.value_schema_id):
             return known
+        # Instances of the view (one consumer group) meeting a new table or schema version at
+        # once: one creates or alters it, the others wait for its commit and then see it.
+        self._conn.execute("select pg_advisory_xact_lock(%s)", (DDL_LOCK,))
         existing = existing_shape(self._conn, segment.table)
         if schema is None:  # deletes only: the table as it is
             if existing is None:
@@ -465,6 +508,7 @@ class PostgresSink:
 
     def _reset(self) -> None:
         """Discard the open transaction and everything known of the tables in it."""
+        self._writing = {}
         self._tables.clear()
         self._builtin.clear()
         if self._conn.closed:

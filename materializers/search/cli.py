@@ -30,6 +30,8 @@ class ReaderSettings(options.ViewSettings):
 class SearchSettings(ReaderSettings, MetricsSettings):
     index: str | None = None  # the alias: required (a setting, so the file may give it)
     once: bool = False
+    join_group: bool = False
+    instance_id: str | None = None
 
 
 class ReindexSettings(ReaderSettings):
@@ -40,7 +42,7 @@ class ReindexSettings(ReaderSettings):
     timeout: float | None = Field(None, gt=0)
 
 
-def _reader_options(s: ReaderSettings):
+def _reader_options(s: ReaderSettings, loop_options: dict | None = None):
     from materializers.search.documents import load_transform
     from materializers.search.indices import load_definition
     from materializers.search.reader import ReaderOptions
@@ -50,6 +52,7 @@ def _reader_options(s: ReaderSettings):
         topics=s.topics or None, on_poison=s.on_poison, batch_size=s.batch_size,
         definition=load_definition(s.mapping),
         transform=load_transform(s.transform) if s.transform else None,
+        loop_options=loop_options or {},
     )
 
 
@@ -78,6 +81,8 @@ def materialize_search(
     on_poison: str | None = OnPoison,
     batch_size: int | None = BatchSize,
     once: bool = options.once(),
+    join_group: bool = options.join_group(),
+    instance_id: str | None = options.instance_id(),
     metrics_port: int | None = options.MetricsPort,
     metrics_host: str | None = options.MetricsHost,
     config: Path | None = options.Config,
@@ -91,7 +96,8 @@ def materialize_search(
     if not s.index:
         raise BottlerError("no index: pass --index NAME (or set index in the --config file, or "
                            "BOTTLER_INDEX)")
-    reader_options = _reader_options(s)
+    group = {"join_group": True, "instance_id": s.instance_id} if s.join_group else {}
+    reader_options = _reader_options(s, group)
     s.check_clients()
     options.serve_metrics(s.metrics_port, s.metrics_host)
     reader = LiveReader(SearchClient(s.search), s.index, reader_options)

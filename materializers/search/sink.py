@@ -155,7 +155,9 @@ class SearchSink:
                     segment[item.doc_id] = item
             self._send(segment)
             if self._pending_offsets:
-                offsets = {**self._durable, **self._pending_offsets}
+                # other instances of the view (one consumer group) store the partitions they
+                # hold in the same document: theirs are taken as they are now
+                offsets = {**self.store.offsets(self.index, self.uuid), **self._pending_offsets}
                 self.store.save(self.index, self.uuid, self.alias, offsets)
                 self._durable = offsets
             self._evolutions.update(self._pending_evolutions)

@@ -22,7 +22,7 @@ from tests.bench.kafka import delete_topics, expect_messages
 from tests.bench.latency import latency
 from tests.bench.migration import migration
 from tests.bench.procs import SNAPSHOT_DONE, CaptureProcess, running
-from tests.bench.replica import replica
+from tests.bench.replica import partitioned, replica
 from tests.bench.report import (
     Figure,
     ScalePoint,
@@ -184,9 +184,14 @@ def _capture(ep, env, rows, cpu_roots, profile) -> list[Figure]:
 
 
 def _replica(ep, env, table, rows, cpu_roots, profile, lag=True) -> list[Figure]:
-    """The replica on ``table``: its ceiling, its rebuild, (``lag``) its lag."""
-    return replica(ep.pg_dsn, ep.kafka, env, table, rows, rows + 1, LATENCY_RATE,
-                   LATENCY_SECONDS, cpu_roots, profile, lag=lag)
+    """The replica on ``table``: its ceiling, its rebuild, (``lag``) its lag; then the rebuild
+    of a 4-partition topic by 1 and by 2 instances."""
+    # first: the lag run inserts more rows into the table (the scaling series' smaller sizes
+    # take the plain rebuild only)
+    scaled = partitioned(ep.pg_dsn, ep.kafka, env, table, rows, cpu_roots, say=say) if lag else []
+    figures = replica(ep.pg_dsn, ep.kafka, env, table, rows, rows + 1, LATENCY_RATE,
+                      LATENCY_SECONDS, cpu_roots, profile, lag=lag)
+    return figures + scaled
 
 
 def _search(ep, env, table, rows, cpu_roots) -> list[Figure]:

@@ -33,7 +33,7 @@ from tests.bench import data
 from tests.bench.ceilings import drop_slot
 from tests.bench.kafka import delete_topics, expect_messages
 from tests.bench.latency import TOPIC_CONFIG, WRITERS, _pct, start_observer, write
-from tests.bench.procs import SNAPSHOT_DONE, CaptureProcess, CpuMeter
+from tests.bench.procs import SNAPSHOT_DONE, CaptureProcess, CpuMeter, running
 from tests.bench.pyspy import sampled
 from tests.bench.report import Figure, Target
 
@@ -254,3 +254,69 @@ def poll(dsn, table, first_id, total, ready, results, timeout) -> None:
 
 def _say(what: str) -> None:
     print(f"bench {time.strftime('%H:%M:%S')}: {what}", file=sys.stderr, flush=True)
+
+
+PARTITIONED_PREFIX = "bench_replica4"
+PARTITIONS = 4
+
+
+def partitioned(dsn: str, bootstrap: str, env: dict[str, str], table: str, rows: int,
+                cpu_roots: dict[str, int | None], instances: tuple[int, ...] = (1, 2),
+                say=_say) -> list[Figure]:
+    """The replica's rebuild of a 4-partition topic of ``table`` by 1, then 2 instances in one
+    consumer group (``--join-group``), each run from the first start to the last exit into a
+    fresh target; rows/s and CPU seconds per 1k rows (the replicas', the target server's and
+    the broker's)."""
+    drop_slot(dsn, PARTITIONED_PREFIX)
+    capture = CaptureProcess("replica4-source", env, [
+        "--tables", f"public.{table}", "--slot", PARTITIONED_PREFIX, "--topic-prefix",
+        PARTITIONED_PREFIX, "--partitions", str(PARTITIONS), "--snapshot-workers", "2",
+        *TOPIC_CONFIG,
+    ])
+    figures = []
+    try:
+        say(f"replica: capture snapshot of {table} into {PARTITIONS} partitions")
+        with running(capture):
+            capture.wait_line(SNAPSHOT_DONE, timeout=600)
+        expect_messages(bootstrap, f"{PARTITIONED_PREFIX}.{table}", rows)
+        for n in instances:
+            say(f"replica: rebuild of the {PARTITIONS}-partition topic by {n} instance(s)")
+            target = target_dsn(dsn)
+            try:
+                figures.append(_rebuild_by(env, target, table, rows, n, cpu_roots))
+            finally:
+                drop_target(dsn)
+    finally:
+        drop_slot(dsn, PARTITIONED_PREFIX)
+        delete_topics(bootstrap, f"{PARTITIONED_PREFIX}.")
+    return figures
+
+
+def _rebuild_by(env, target, table, rows, n, cpu_roots) -> Figure:
+    group = f"{GROUP}-{PARTITIONS}p-{n}"
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    meter = CpuMeter({k: v for k, v in cpu_roots.items() if k in ("postgres", "broker")})
+    procs = [ReplicaProcess(f"replica-{n}-{i}", {**env, "BOTTLER_TARGET_DSN": target}, [
+        "--topic-prefix", PARTITIONED_PREFIX, "--group-id", group, "--on-poison", "stop",
+        "--once", "--join-group"]) for i in range(n)]  # dynamic members: leave at exit
+    meter.start()
+    started = time.monotonic()
+    for proc in procs:
+        proc.start()
+    ended = max(proc.wait_exit(600) for proc in procs)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the replicas, reaped just now
+    used = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
+    servers = meter.note()
+    with psycopg.connect(target) as conn:
+        count = conn.execute(sql.SQL("select count(*) from {}").format(
+            sql.Identifier(table))).fetchone()[0]
+    if count != rows:
+        raise RuntimeError(f"the replica's {table} holds {count:,} rows, not {rows:,}")
+    elapsed = ended - started
+    return Figure(
+        f"replica rebuild of a {PARTITIONS}-partition topic, {n} instance(s)", rows / elapsed,
+        "rows/s",
+        notes=[f"{rows:,} rows in {elapsed:.1f} s from the first start to the last exit "
+               f"(--join-group --once, one consumer group); replica CPU {used:.1f} s = "
+               f"{used / rows * 1000:.3f} s per 1k rows; target row count checked", servers],
+    )

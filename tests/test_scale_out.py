@@ -1,0 +1,175 @@
+"""Scaling out on partitions: 4-partition table topics, two replica and two search instances in
+one consumer group each under the demo load; one of each killed (kill -9) mid-way and restarted
+under its instance id (as a supervisor does; the embedded broker never expires a killed member's
+session, so without it the survivors would not take its partitions over), a truncate mid-way;
+every view ends equal to the source."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bottler.migrate.verify import verify
+from bottler.status.groups import GroupReader
+from capture import topics
+from compose.demo import seed
+from compose.load import run_load
+from materializers.search.client import SearchClient
+from materializers.search.documents import TABLE_FIELD
+from tests.support import (
+    Decoder,
+    execute,
+    fresh_database,
+    read_topic,
+    rows,
+    wait_for,
+    wait_streaming,
+)
+
+# per shop table: key columns, one more column compared in the search index
+SHOP = {"customers": (("id",), "email"), "products": (("id",), "sku"),
+        "orders": (("id",), "status"), "order_items": (("order_id", "line_no"), "quantity")}
+
+
+def test_a_new_table_topic_takes_the_partitions_asked_for_and_an_existing_one_keeps_its_own(
+        stack, prefix, caplog):
+    admin = AdminClient({"bootstrap.servers": stack.kafka})
+    admin.create_topics([NewTopic(f"{prefix}.old", num_partitions=2)])[f"{prefix}.old"].result()
+    with caplog.at_level(logging.WARNING, logger="capture.topics"):
+        topics.ensure_topics(admin, [f"{prefix}.old", f"{prefix}.new"], partitions=4)
+    counts = {t: len(m.partitions) for t, m in admin.list_topics(timeout=10).topics.items()
+              if t.startswith(prefix)}
+    assert counts == {f"{prefix}.old": 2, f"{prefix}.new": 4}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and f"{prefix}.old has 2 partitions" in warnings[0]
+    assert "asks for 4" in warnings[0]
+
+
+def _view(args: list[str], log: Path) -> subprocess.Popen:
+    out = open(log, "ab")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen([sys.executable, "-m", "bottler", "materialize", *args,
+                             "--join-group", "--instance-id", log.stem],
+                            stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy())
+
+
+def _holdings(log: Path) -> list[str]:
+    """The partitions an instance held, from its log: one entry per assignment."""
+    return [line.split("holds", 1)[1] for line in log.read_text().splitlines()
+            if " holds " in line]
+
+
+def _search_state(client: SearchClient, index: str) -> dict[str, dict]:
+    client.refresh(index)
+    state: dict[str, dict] = {}
+    for table, (key, column) in SHOP.items():
+        answer = client.request("POST", f"/{index}/_search", {
+            "query": {"term": {TABLE_FIELD: f"public.{table}"}}, "size": 10_000})
+        state[table] = {tuple(h["_source"][k] for k in key): h["_source"][column]
+                        for h in answer["hits"]["hits"]}
+    return state
+
+
+def _source_state(dsn: str) -> dict[str, dict]:
+    return {table: {tuple(r[:-1]): r[-1] for r in rows(
+        dsn, f"select {', '.join(key)}, {column} from {table}")}
+        for table, (key, column) in SHOP.items()}
+
+
+def test_two_instances_of_each_view_share_the_partitions_and_survive_a_kill_and_a_truncate(
+        stack, source, prefix, start, tmp_path):
+    seed(source)
+    start(partitions=4)
+    wait_streaming(source, prefix)
+    common = ["-b", stack.kafka, "-r", stack.registry_url, "-p", prefix]
+    index = f"shop-{prefix}"
+    client = SearchClient(stack.search_url)
+    with fresh_database(stack.pg_dsn) as target:
+        logs = {name: tmp_path / f"{name}.log" for name in ("r1", "r2", "s1", "s2")}
+        def args(name: str) -> list[str]:
+            return (["postgres", "--target", target, *common] if name[0] == "r" else
+                    ["search", "--index", index, "--search", stack.search_url, *common])
+
+        views = {name: _view(args(name), logs[name]) for name in logs}
+        stop = threading.Event()
+        load = threading.Thread(target=run_load, args=(source, 30.0, stop), daemon=True)
+        try:
+            load.start()
+            # both instances of each view hold partitions of the table topics
+            for name in logs:
+                wait_for(lambda n=name: f"holds {prefix}." in logs[n].read_text(), 90,
+                         f"{name} to hold a partition")
+            wait_for(lambda: rows(target, "select count(*) from bottler.offsets")[0][0] > 0,
+                     60, "the replica to apply a batch")
+            time.sleep(3)  # under load, batches in flight
+            before_kill = {}
+            for name in ("r2", "s2"):
+                views[name].send_signal(signal.SIGKILL)
+                views[name].wait(10)
+                before_kill[name] = _holdings(logs[name])
+            execute(source, "truncate order_items")
+            time.sleep(5)  # the survivors go on, the killed instances' partitions wait
+            for name in ("r2", "s2"):
+                views[name] = _view(args(name), logs[name])
+            time.sleep(10)
+            stop.set()
+            load.join(30)
+
+            differences = []
+
+            def equal_replica():
+                report = verify(source, target)
+                differences[:] = [(t.qualified, dict(t.difference_counts), t.problems)
+                                  for t in report.tables if not t.identical]
+                return not differences and len(report.tables) == 4
+
+            try:
+                wait_for(equal_replica, 180, "the replica to equal the source")
+            except AssertionError:
+                raise AssertionError(f"the replica differs: {differences}") from None
+            expected = _source_state(source)
+
+            def instances():  # as `bottler status` shows them
+                held = {i.name: i.partitions.get(f"{prefix}.orders", [])
+                        for i in GroupReader(stack.kafka).read() if i.group == "bottler-postgres"}
+                return held if set(held) == {"r1", "r2"} else None
+
+            held = wait_for(instances, 30, "both replica instances listed with their partitions")
+            assert sorted(held["r1"] + held["r2"]) == [0, 1, 2, 3]
+            assert held["r1"] and held["r2"]
+            try:
+                wait_for(lambda: _search_state(client, index) == expected, 180,
+                         "the search index to equal the source")
+            except AssertionError:
+                got = _search_state(client, index)
+                raise AssertionError("the search index differs: " + "; ".join(
+                    f"{t}: {len(expected[t].keys() - got[t].keys())} missing, "
+                    f"{len(got[t].keys() - expected[t].keys())} extra, "
+                    f"{sum(got[t].get(k) != v for k, v in expected[t].items())} different"
+                    for t in SHOP)) from None
+        finally:
+            stop.set()
+            for proc in views.values():
+                if proc.poll() is None:
+                    proc.terminate()
+                    proc.wait(30)
+        assert not load.is_alive()
+        # the restarted instances took their partitions back (static membership: no rebalance)
+        for name in ("r2", "s2"):
+            after = _holdings(logs[name])
+            assert len(after) > len(before_kill[name]) and after[-1] == before_kill[name][-1]
+        # and the orders topic's rows are spread over its 4 partitions, a key in one only
+        decoder = Decoder(stack.registry_url)
+        where: dict[int, set[int]] = {}
+        for msg in read_topic(stack.kafka, f"{prefix}.orders"):
+            where.setdefault(decoder.key(msg)["id"], set()).add(msg.partition())
+        assert all(len(parts) == 1 for parts in where.values())
+        assert {p for parts in where.values() for p in parts} == {0, 1, 2, 3}
+        assert rows(source, "select count(*) from order_items")[0][0] > 0  # written after it
