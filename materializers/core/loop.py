@@ -469,7 +469,12 @@ class Materializer:
         if not self._watermarks.due(force, self.caught_up.is_set()):
             return
         self._settle()  # a lost log end is judged against what was applied
-        marks = watermarks.read(self._consumer, self.tracker.partitions, self.name)
+        gone: set[str] = set()
+        marks = watermarks.read(self._consumer, self.tracker.partitions, self.name, gone)
+        for tp in watermarks.drop_vanished(self._consumer, gone, self._assigned, self.name):
+            self._assigned.discard(tp)  # so discovery takes it again if it comes back
+            self._position.pop(tp, None)
+            self.tracker.revoke([tp])
         if marks is None:  # the broker restarting: the lag waits for it
             return
         lost = positions.lost_ends(self._position, {tp: h for tp, (_, h) in marks.items()})
