@@ -70,9 +70,10 @@ def retire_cmd(
 ) -> None:
     """Remove a capture: its topics, registry subjects, search indices, replication slot,
     publications and the offsets views stored for its topics (after confirming)."""
+    given = dict(locals())
     from bottler.retire import RetireSettings, retire
 
-    s = load(RetireSettings, locals())
+    s = load(RetireSettings, given)
     s.check_clients()
     retire(s, lambda line: out.print(line, highlight=False, markup=False))
 
