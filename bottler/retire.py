@@ -55,6 +55,7 @@ class Plan:
     topics: list[str] = field(default_factory=list)
     subjects: list[str] = field(default_factory=list)
     slot_exists: bool = False
+    slot_pid: int | None = None  # the process streaming from the slot: a capture running
     publications: list[str] = field(default_factory=list)
     indices: list[SearchIndex] = field(default_factory=list)
     offsets: dict[str, int] = field(default_factory=dict)  # target (redacted) -> rows
@@ -69,7 +70,9 @@ class Plan:
                 if i.removed else f"  search index {i.index}: its offsets of these topics"
                 " (it also holds other topics' documents: kept)" for i in self.indices]
         if self.slot_exists:
-            out.append(f"  replication slot {self.slot}")
+            out.append(f"  replication slot {self.slot}" + (
+                f" (in use by process {self.slot_pid}: stop the capture first)"
+                if self.slot_pid else ""))
         out += [f"  publication {p}" for p in self.publications]
         out += [f"  {n} stored offsets in {t} (bottler.offsets, bottler.seeds)"
                 for t, n in self.offsets.items() if n]
@@ -95,12 +98,10 @@ def plan(s: RetireSettings) -> Plan:
 
     p = Plan(s.topic_prefix, s.slot)
     rows = slot_status(s.postgres, s.slot)
-    if rows and rows[0].active_pid:
-        raise BottlerError(
-            f"replication slot {s.slot} is in use by process {rows[0].active_pid}: a capture "
-            "is still running; nothing was removed",
-            "stop the capture first, then run bottler retire again")
     p.slot_exists = bool(rows)
+    p.slot_pid = rows[0].active_pid if rows else None
+    if p.slot_pid and not s.dry_run:
+        raise _in_use(s.slot, p.slot_pid)
     p.publications = _publications(s.postgres, s.slot)
     admin = AdminClient({**s.kafka, "log_level": 2})
     existing = set(_list_topics(admin, s.broker))
@@ -113,16 +114,24 @@ def plan(s: RetireSettings) -> Plan:
              for t in ([v.get("topic")] + list(v.get("topics") or [])) if isinstance(t, str)}
     control = with_prefix(s.topic_prefix, CONTROL)
     candidate = table_topics(s.topic_prefix)
-    for topic in sorted(existing):
-        if topic.startswith(control) or topic in named or (
-                candidate(topic) and _written_by(s.topic_prefix, topic, registry, subjects)):
-            p.topics.append(topic)
-    p.subjects = [f"{t}-{part}" for t in p.topics for part in ("key", "value")
+    # Subjects of topics already gone count too, so a second run finishes what one began.
+    named_by_subjects = {n.rsplit("-", 1)[0] for n in subjects if n.endswith(("-key", "-value"))}
+    owned = [t for t in sorted(existing | named_by_subjects)
+             if t.startswith(control) or t in named
+             or (candidate(t) and _written_by(s.topic_prefix, t, registry, subjects))]
+    p.topics = [t for t in owned if t in existing]
+    p.subjects = [f"{t}-{part}" for t in owned for part in ("key", "value")
                   if f"{t}-{part}" in subjects]
     if s.search:
         p.indices = _search_indices(s.search, set(p.topics))
     p.offsets = {redact(t): _stored_offsets(t, p.topics, delete=False) for t in s.target}
     return p
+
+
+def _in_use(slot: str, pid: int) -> BottlerError:
+    return BottlerError(
+        f"replication slot {slot} is in use by process {pid}: a capture is still running; "
+        "nothing was removed", "stop the capture first, then run bottler retire again")
 
 
 def _list_topics(admin, broker: str) -> list[str]:
@@ -225,13 +234,21 @@ def remove(s: RetireSettings, p: Plan) -> list[str]:
         drop_slot(s.postgres, s.slot)
         done.append(f"dropped replication slot {s.slot}")
     if p.publications:
-        with connect(s.postgres) as conn:
-            from psycopg import sql
+        import psycopg
+        from psycopg import sql
 
-            for name in p.publications:
-                conn.execute(sql.SQL("drop publication if exists {}").format(
-                    sql.Identifier(name)))
-            conn.commit()
+        with connect(s.postgres) as conn:
+            try:
+                for name in p.publications:
+                    conn.execute(sql.SQL("drop publication if exists {}").format(
+                        sql.Identifier(name)))
+                conn.commit()
+            except psycopg.Error as exc:
+                raise BottlerError(
+                    f"could not drop publication(s) {', '.join(p.publications)}: "
+                    f"{redact(str(exc).strip().splitlines()[0])}",
+                    "drop them as their owner or a superuser (DROP PUBLICATION), or run "
+                    "bottler retire again as one") from None
         done.append(f"dropped publication(s) {', '.join(p.publications)}")
     for target in s.target:
         n = _stored_offsets(target, p.topics, delete=True)
@@ -253,10 +270,19 @@ def remove(s: RetireSettings, p: Plan) -> list[str]:
                                "again: it removes what is left")
         done.append(f"deleted {len(p.topics)} topic(s)")
     if p.subjects:
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
         registry = registry_client(s.schema_registry)
         for subject in p.subjects:
-            registry.delete_subject(subject)
-            registry.delete_subject(subject, permanent=True)
+            try:
+                registry.delete_subject(subject)
+                registry.delete_subject(subject, permanent=True)
+            except SchemaRegistryError as exc:
+                raise BottlerError(
+                    f"could not delete registry subject {subject}: HTTP "
+                    f"{exc.http_status_code} {redact(str(exc.error_message))}",
+                    "check the registry credentials' permissions (-R basic.auth.user.info), "
+                    "then run bottler retire again: it removes what is left") from None
         done.append(f"deleted {len(p.subjects)} registry subject(s)")
     return done
 

@@ -163,6 +163,7 @@ def test_the_empty_prefix_takes_only_its_own_topics(stack, source, prefix, start
     listed = {line.split()[1] for line in result.output.splitlines()
               if line.startswith("  topic ")}
     assert table in listed and "_bottler.capture" in listed
+    assert f"replication slot {slot} (in use by process" in result.output  # listed, not refused
     assert unrelated not in listed and not {t for t in listed if t.startswith(f"{prefix}.")}
 
 
