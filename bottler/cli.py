@@ -49,6 +49,37 @@ app.command("translate")(translate)
 app.command("status")(status)
 app.add_typer(migrate_app, name="migrate")
 
+
+@app.command("retire")
+def retire_cmd(
+    topic_prefix: str | None = options.TopicPrefix,
+    slot: str | None = option("--slot", "-s", help="The capture's replication slot "
+                              "[env: BOTTLER_SLOT]"),
+    postgres: str | None = option("--postgres", "-d", help="Source database DSN "
+                                  "[env: BOTTLER_PG_DSN]"),
+    broker: str | None = options.Broker,
+    kafka_config: list[str] | None = options.KafkaConfig,
+    schema_registry: str | None = options.SchemaRegistry,
+    registry_config: list[str] | None = options.RegistryConfig,
+    search: str | None = option("--search", help="Elasticsearch or OpenSearch URL: also remove "
+                                "the search indices built from these topics [env: BOTTLER_SEARCH]"),
+    target: list[str] | None = option("--target", "-t", help="A replica's target database: "
+                                      "remove its stored offsets of these topics (repeatable) "
+                                      "[env: BOTTLER_TARGET_DSN]"),
+    yes: bool = option("--yes", "-y", default=False, help="Do not ask for confirmation."),
+    dry_run: bool = option("--dry-run", default=False, help="List what would be removed, "
+                           "remove nothing."),
+    config: Path | None = options.Config,
+) -> None:
+    """Remove a capture: its topics, registry subjects, search indices, replication slot,
+    publications and the offsets views stored for its topics (after confirming)."""
+    given = dict(locals())
+    from bottler.retire import RetireSettings, retire
+
+    s = load(RetireSettings, given)
+    s.check_clients()
+    retire(s, lambda line: out.print(line, highlight=False, markup=False))
+
 # Piped output (make, logs) is not squeezed into rich's default 80 columns.
 out = Console() if sys.stdout.isatty() else Console(width=120)
 err = Console(stderr=True, soft_wrap=True)  # an error stays on one greppable line

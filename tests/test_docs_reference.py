@@ -13,6 +13,7 @@ import typer
 
 from bottler.cli import LoadSettings, StackResetSettings, StackSettings, StackUpSettings, app
 from bottler.migrate.cli import MigrateStatusSettings, VerifySettings
+from bottler.retire import RetireSettings
 from bottler.status.cli import StatusSettings
 from capture.settings import CONFIG_ENV, CaptureSettings
 from materializers.postgres.cli import ReplicaSettings
@@ -113,7 +114,7 @@ SETTINGS = {
     "bottler migrate verify": VerifySettings, "bottler registry serve": ServeSettings,
     "bottler demo load": LoadSettings, "bottler stack up": StackUpSettings,
     "bottler stack down": StackSettings, "bottler stack status": StackSettings,
-    "bottler stack reset": StackResetSettings,
+    "bottler stack reset": StackResetSettings, "bottler retire": RetireSettings,
 }
 # Keys not spelled like a flag of the command (the flag's long name with _ for -).
 NOT_FLAGS = {"kafka": "--kafka-config", "schema_registry": "--schema-registry"}

@@ -595,7 +595,14 @@ class Materializer:
         if not self._settled():  # a lost log end is judged against what was applied
             return
         self._moved_elsewhere()
-        marks = watermarks.read(self._consumer, self.tracker.partitions, self.name)
+        gone: set[str] = set()
+        marks = watermarks.read(self._consumer, self.tracker.partitions, self.name, gone)
+        # in a group, the group's own rebalance takes a deleted topic's partitions away
+        for tp in watermarks.drop_vanished(self._consumer, gone, self._assigned, self.name,
+                                           unassign=not self.join_group):
+            self._assigned.discard(tp)  # so discovery takes it again if it comes back
+            self._position.pop(tp, None)
+            self.tracker.revoke([tp])
         if marks is None:  # the broker restarting: the lag waits for it
             return
         lost = positions.lost_ends(self._position, {tp: h for tp, (_, h) in marks.items()})

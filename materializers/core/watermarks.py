@@ -3,7 +3,9 @@
 The loops read the (low, high) watermarks now and then: for the lag, for "caught up", and to
 see a partition whose log lost its end (positions.py). While the broker restarts the read
 fails; that is no reason to stop a view: the read is given up for this round, and the lag
-stays as last known until the broker answers again.
+stays as last known until the broker answers again. A topic that no longer exists (deleted, say
+by `bottler retire`) is another matter: its partitions are dropped from the assignment with one
+log line (``drop_vanished``), and discovery reads it again should it be created again.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import logging
 import time
 from collections.abc import Iterable
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from materializers.core.changes import TopicPartition
@@ -23,20 +25,54 @@ Watermarks = dict[TopicPartition, tuple[int, int]]
 """``(topic, partition) -> (low, high)``: the log's first offset and the offset after its end."""
 
 
-def read(consumer: Consumer, partitions: Iterable[TopicPartition],
-         name: str) -> Watermarks | None:
+def read(consumer: Consumer, partitions: Iterable[TopicPartition], name: str,
+         gone: set[str] | None = None) -> Watermarks | None:
     """The watermarks of ``partitions`` as the broker has them now (not the client's cache);
-    None if the broker cannot say (restarting, unreachable): try again later."""
+    None if the broker cannot say (restarting, unreachable): try again later. Topics the
+    broker no longer has are added to ``gone`` (when given) and left out."""
     marks: Watermarks = {}
     for topic, partition in partitions:
+        if gone and topic in gone:
+            continue
         try:
             marks[(topic, partition)] = consumer.get_watermark_offsets(
                 KafkaTopicPartition(topic, partition), timeout=10, cached=False)
         except KafkaException as exc:
+            if gone is not None and _vanished(consumer, topic, exc):
+                gone.add(topic)
+                continue
             log.warning("%s: watermarks of %s[%d] unknown for now: %s", name, topic,
                         partition, exc.args[0].str())
             return None
     return marks
+
+
+_MISSING = (KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART,
+            KafkaError._UNKNOWN_TOPIC)
+
+
+def _vanished(consumer: Consumer, topic: str, exc: KafkaException) -> bool:
+    """Whether ``topic`` is gone from the broker (not merely unanswered: the broker is asked)."""
+    if exc.args[0].code() not in _MISSING:
+        return False
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
+    except KafkaException:  # the broker away: a pause, not a deletion
+        return False
+    return meta is None or (meta.error is not None and meta.error.code() in _MISSING)
+
+
+def drop_vanished(consumer: Consumer, topics: set[str], assigned: Iterable[TopicPartition],
+                  name: str, unassign: bool = True) -> list[TopicPartition]:
+    """Unassign the partitions of ``topics``, which no longer exist, logging once for each;
+    the partitions dropped, for the caller to forget (its lag tracker, positions…)."""
+    dropped = [tp for tp in assigned if tp[0] in topics]
+    if dropped and unassign:
+        consumer.incremental_unassign([KafkaTopicPartition(t, p) for t, p in dropped])
+    for topic in sorted(topics):
+        log.warning("%s: topic %s no longer exists (deleted): stopped reading it; it is read "
+                    "again if it is created again", name, topic)
+    return dropped
 
 
 class Schedule:

@@ -433,7 +433,12 @@ class TranslatorRunner:
     def _refresh_watermarks(self, force: bool) -> None:
         if not self._watermarks.due(force, self.caught_up.is_set()):
             return
-        marks = watermarks.read(self._consumer, self.tracker.partitions, self.group_id)
+        gone: set[str] = set()
+        marks = watermarks.read(self._consumer, self.tracker.partitions, self.group_id, gone)
+        for tp in watermarks.drop_vanished(self._consumer, gone, list(self._position),
+                                           self.group_id):
+            self._position.pop(tp, None)
+            self.tracker.revoke([tp])
         if marks is None:  # the broker restarting: the lag waits for it
             self._broker_was_away = True
             return
