@@ -45,12 +45,16 @@ materialize_app.command("search")(extras.needs("search", materialize_search))
 materialize_app.command("warehouse")(extras.needs("warehouse", materialize_warehouse))
 app.add_typer(materialize_app, name="materialize")
 app.command("reindex")(extras.needs("search", reindex))
-app.add_typer(warehouse_app, name="warehouse",
-              callback=lambda: extras.require("warehouse"))
+
+
+def _warehouse_extra(ctx: typer.Context) -> None:
+    extras.require("warehouse", f"{ctx.command_path} {ctx.invoked_subcommand}")
+
+
+app.add_typer(warehouse_app, name="warehouse", callback=_warehouse_extra)
 app.command("translate")(translate)
 app.command("status")(status)
 app.add_typer(migrate_app, name="migrate")
-
 
 
 def version() -> str:

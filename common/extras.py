@@ -17,7 +17,7 @@ R = TypeVar("R")
 
 DISTRIBUTION = "bottler-cdc"  # "bottler" on PyPI is an unrelated project
 
-# extra -> the modules its commands import (tests/test_extras.py checks them against
+# extra -> the modules its commands import (tests/test_install.py checks them against
 # pyproject.toml).
 EXTRAS: dict[str, tuple[str, ...]] = {
     "search": ("urllib3",),
@@ -36,13 +36,14 @@ def missing(extra: str) -> list[str]:
     return [module for module in EXTRAS[extra] if importlib.util.find_spec(module) is None]
 
 
-def require(extra: str) -> None:
-    """Raise :class:`MissingExtra` unless every module of ``extra`` is installed."""
+def require(extra: str, command: str | None = None) -> None:
+    """Raise :class:`MissingExtra` unless every module of ``extra`` is installed; the message
+    names ``command``, by default the one running."""
     absent = missing(extra)
     if absent:
         raise MissingExtra(
-            f"`{_command_path()}` needs the {extra} extra ({', '.join(absent)} not installed): "
-            f"pip install '{DISTRIBUTION}[{extra}]'")
+            f"`{command or _command_path()}` needs the {extra} extra "
+            f"({', '.join(absent)} not installed): pip install '{DISTRIBUTION}[{extra}]'")
 
 
 def needs(extra: str, command: Callable[P, R]) -> Callable[P, R]:

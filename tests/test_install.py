@@ -122,9 +122,8 @@ def test_a_command_of_a_missing_extra_says_which_to_install(case, tmp_path):
     proc = run(sys.executable, "-c", script, env=env)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
-    command = case.split()[0] if case.startswith("warehouse") else case
     assert proc.stderr.splitlines() == [
-        f"error: `bottler {command}` needs the {extra} extra ({hidden} not installed): "
+        f"error: `bottler {case}` needs the {extra} extra ({hidden} not installed): "
         f"pip install '{DISTRIBUTION}[{extra}]'"]
     assert list(tmp_path.iterdir()) == [], "the command stopped before it made anything"
 
