@@ -17,10 +17,13 @@ deps: system-deps $(STAMP)
 system-deps:
 	@sh compose/system-deps.sh
 
+# '.[dev]' is everything: the core, every extra (search, warehouse, stack) and the tests' tools.
+# The project was the distribution `bottler` before `bottler-cdc`: an old venv's copy goes first.
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing Python packages into $(VENV) (first run takes a few minutes)"
 	@{ $(BIN)/python -m pip install --disable-pip-version-check -U pip \
+	   && $(BIN)/python -m pip uninstall --disable-pip-version-check -y bottler \
 	   && $(BIN)/python -m pip install --disable-pip-version-check -e '.[dev]'; } \
 		> $(VENV)/pip.log 2>&1 \
 		|| { tail -20 $(VENV)/pip.log; echo "pip failed: full log in $(VENV)/pip.log"; exit 1; }

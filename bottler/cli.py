@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import sys
+import tomllib
+from importlib import metadata
 from pathlib import Path
 
 import typer
 from pydantic import Field
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -16,7 +19,7 @@ from bottler.status.cli import status
 from bottler.status.view import restarts_line
 from bottler.status.watch import supervised
 from capture import cli as capture_cli
-from common import options
+from common import extras, options
 from common.config import MetricsSettings, Settings, env, load
 from common.errors import BottlerError
 from common.logs import setup_logging
@@ -40,11 +43,18 @@ app.add_typer(capture_cli.capture_app, name="capture")
 app.add_typer(capture_cli.slot_app, name="slot")
 materialize_app = typer.Typer(no_args_is_help=True, help="Build views from the topics.")
 materialize_app.command("postgres")(materialize_postgres)
-materialize_app.command("search")(materialize_search)
-materialize_app.command("warehouse")(materialize_warehouse)
+# The commands of an extra (pyproject.toml) check it first: a missing one is one clear line.
+materialize_app.command("search")(extras.needs("search", materialize_search))
+materialize_app.command("warehouse")(extras.needs("warehouse", materialize_warehouse))
 app.add_typer(materialize_app, name="materialize")
-app.command("reindex")(reindex)
-app.add_typer(warehouse_app, name="warehouse")
+app.command("reindex")(extras.needs("search", reindex))
+
+
+def _warehouse_extra(ctx: typer.Context) -> None:
+    extras.require("warehouse", f"{ctx.command_path} {ctx.invoked_subcommand}")
+
+
+app.add_typer(warehouse_app, name="warehouse", callback=_warehouse_extra)
 app.command("translate")(translate)
 app.command("status")(status)
 app.add_typer(migrate_app, name="migrate")
@@ -79,6 +89,32 @@ def retire_cmd(
     s = load(RetireSettings, given)
     s.check_clients()
     retire(s, lambda line: out.print(line, highlight=False, markup=False))
+
+
+def version() -> str:
+    """The installed distribution's version, or the source tree's (run from a checkout)."""
+    try:
+        return metadata.version(extras.DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+        if pyproject.is_file():
+            return tomllib.loads(pyproject.read_text())["project"]["version"]
+        return "unknown"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"bottler ({extras.DISTRIBUTION}) {version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                      help="Show the version and exit."),
+) -> None:
+    pass
+
 
 # Piped output (make, logs) is not squeezed into rich's default 80 columns.
 out = Console() if sys.stdout.isatty() else Console(width=120)
@@ -189,6 +225,7 @@ def stack_up(
     """Start PostgreSQL, the broker (Kafka + search APIs) and the registry, and the apps;
     idempotent."""
     s = load(StackUpSettings, locals())
+    extras.require("stack")  # before anything starts
     names = ("postgres", "kafka", "registry", "search", "metrics", "replica_metrics",
              "search_metrics", "warehouse_metrics", "translator_metrics", "load_metrics")
     ports = {name: getattr(s, f"{name}_port") for name in names}
@@ -317,5 +354,6 @@ def main() -> None:
     try:
         app(prog_name="bottler")
     except BottlerError as exc:
-        err.print(f"[bold red]error:[/] {redact(str(exc))}", highlight=False)
+        # escaped: a message may hold brackets (pip install 'bottler-cdc[warehouse]')
+        err.print(f"[bold red]error:[/] {escape(redact(str(exc)))}", highlight=False)
         sys.exit(2)

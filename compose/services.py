@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import noida_db
 
+from common import extras
 from common.errors import BottlerError
 from compose import supervise
 from compose.procs import MARK, PidFile, end_marked, port_answers, spawn, terminate, wait_until
@@ -104,7 +104,10 @@ class Service:
 
 
 def noida_binary() -> Path:
-    """noida-db ships its server as a binary inside the Python package."""
+    """noida-db ships its server as a binary inside the Python package (the stack extra)."""
+    extras.require("stack")
+    import noida_db
+
     return Path(noida_db.__file__).parent / "noida-db"
 
 

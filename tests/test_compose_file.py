@@ -502,7 +502,10 @@ def parse_bottler(service: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     args = command_line(service)
     path: list[str] = []
     rest = list(args)
-    while getattr(command, "commands", None) is not None:
+    # down to the command, or to a group that runs itself (`capture` beside `capture snapshot`)
+    while getattr(command, "commands", None) is not None and not (
+            getattr(command, "invoke_without_command", False)
+            and not (rest and rest[0] in command.commands)):
         assert rest, f"`bottler {' '.join(args)}` names no command"
         name = rest.pop(0)
         assert name in command.commands, f"`bottler {' '.join(path + [name])}` does not exist"
@@ -644,9 +647,42 @@ def test_dockerfile_base_java_client_and_non_root_user(compose: dict[str, Any]) 
     runs = " ".join(args for kw, args in instructions if kw == "RUN")
     assert "openjdk-17-jre-headless" in runs
     assert "postgresql-client" in runs
-    assert "pip install --no-cache-dir ." in runs
+    assert re.search(r"pip install --no-cache-dir '?\.[\[' ]", runs), runs
     users = [args for kw, args in instructions if kw == "USER"]
     assert users and users[-1].split(":")[0] not in ("root", "0")
+
+
+def command_extra(service: dict[str, Any]) -> str | None:
+    """The install's extra a service's `bottler` command needs (common/extras.needs marks it)."""
+    import typer
+
+    from bottler.cli import app
+
+    command = typer.main.get_command(app)
+    args = command_line(service)
+    while getattr(command, "commands", None) and args and args[0] in command.commands:
+        command = command.commands[args.pop(0)]
+    callback = command.callback
+    while callback is not None and not hasattr(callback, "extra"):
+        callback = getattr(callback, "__wrapped__", None)
+    return getattr(callback, "extra", None)
+
+
+def test_the_image_installs_the_extras_its_services_need(
+    compose: dict[str, Any], services: dict[str, Any]
+) -> None:
+    _, dockerfile = build_paths(compose)
+    runs = " ".join(args for kw, args in dockerfile_instructions(dockerfile) if kw == "RUN")
+    installs = re.findall(r"pip install --no-cache-dir '?\.(?:\[([a-z,]*)\])?'?", runs)
+    assert len(installs) == 1, runs
+    installed = set(filter(None, installs[0].split(",")))
+    needed = {name: command_extra(services[name]) for name in BOTTLER_IMAGE_SERVICES}
+    assert needed["warehouse"] == "warehouse" and needed["search"] == "search"
+    assert needed["capture"] is None and needed["replica"] is None, "the core install"
+    assert set(filter(None, needed.values())) == installed, (
+        f"the image installs {sorted(installed)}; its services need {needed}")
+    extras = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"]
+    assert installed <= set(extras)
 
 
 def test_dockerfile_copies_every_package_and_its_sources_exist(compose: dict[str, Any]) -> None:
