@@ -8,13 +8,14 @@ from confluent_kafka.admin import AdminClient
 
 from bottler.status.figures import Instance, Unavailable
 from bottler.status.topics import HIDDEN_PREFIXES
+from common.kafka import Connection, client_config
 
 
 class GroupReader:
-    def __init__(self, bootstrap: str, timeout: float = 3.0):
+    def __init__(self, bootstrap: Connection, timeout: float = 3.0):
         self.bootstrap = bootstrap
         self.timeout = timeout
-        self._admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+        self._admin = AdminClient(client_config(bootstrap, log_level=0))
 
     def read(self) -> list[Instance]:
         """Every member of a group that holds partitions; a view assigned by hand (without

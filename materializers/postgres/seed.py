@@ -41,6 +41,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from common.errors import BottlerError
+from common.kafka import Connection, client_config
 from common.pg import connect
 from common.redact import redact
 from materializers.core.changes import TableId, table_of
@@ -76,7 +77,7 @@ class Seeder:
     """Seeds the target of ``sink`` from ``source_dsn``; see the module's docstring."""
 
     def __init__(self, source_dsn: str, sink: PostgresSink, decoder: Decoder, *,
-                 bootstrap: str, prefix: str, is_table_topic, workers: int = SEED_WORKERS,
+                 bootstrap: Connection, prefix: str, is_table_topic, workers: int = SEED_WORKERS,
                  stop: threading.Event | None = None):
         if workers < 1:
             raise ValueError(f"seed workers must be at least 1, not {workers}")
@@ -162,9 +163,13 @@ class Seeder:
             if self.stop.wait(0.2):
                 raise Stopped()
 
+    def _consumer(self) -> Consumer:
+        """A consumer that only looks (watermarks, metadata, the capture's records)."""
+        return Consumer(client_config(self.bootstrap, **{
+            "enable.auto.commit": False, "group.id": f"bottler-seed-{uuid.uuid4().hex}"}))
+
     def _capture_ready(self, topic: str) -> bool:
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "enable.auto.commit": False,
-                             "group.id": f"bottler-seed-{uuid.uuid4().hex}"})
+        consumer = self._consumer()
         try:
             tp = KafkaTopicPartition(topic, 0, 0)
             try:
@@ -191,8 +196,7 @@ class Seeder:
 
     def _topics(self) -> dict[str, list[int]]:
         """The table topics and their partitions."""
-        consumer = Consumer({"bootstrap.servers": self.bootstrap,
-                             "group.id": f"bottler-seed-{uuid.uuid4().hex}"})
+        consumer = self._consumer()
         try:
             metadata = consumer.list_topics(timeout=10)
         finally:
@@ -273,8 +277,7 @@ class Seeder:
                  self.rows / elapsed if elapsed else 0)
 
     def _end_offsets(self, topic: str, partitions: Sequence[int]) -> dict[int, int]:
-        consumer = Consumer({"bootstrap.servers": self.bootstrap,
-                             "group.id": f"bottler-seed-{uuid.uuid4().hex}"})
+        consumer = self._consumer()
         try:
             return {p: consumer.get_watermark_offsets(KafkaTopicPartition(topic, p),
                                                       timeout=10, cached=False)[1]
