@@ -27,6 +27,43 @@ def wait_for(predicate: Callable[[], object], timeout: float = 30, what: str = "
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+class WriteLoad(threading.Thread):
+    """Commits small transactions against ``dsn`` until stopped: each a ``transaction(conn,
+    rnd)`` of the subclass, then its ``after_commit(conn)``; ``commits`` counts them and an
+    exception ends the load and waits in ``error`` for the test to report it."""
+
+    seed = 0
+    pause = 0.003  # seconds between transactions
+
+    def __init__(self, dsn: str):
+        super().__init__(daemon=True)
+        self.dsn = dsn
+        self.stopped = threading.Event()
+        self.commits = 0
+        self.error: BaseException | None = None
+
+    def transaction(self, conn: psycopg.Connection, rnd) -> None:
+        raise NotImplementedError
+
+    def after_commit(self, conn: psycopg.Connection) -> None:
+        pass
+
+    def run(self) -> None:
+        import random
+
+        rnd = random.Random(self.seed)
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                while not self.stopped.is_set():
+                    with conn.transaction():
+                        self.transaction(conn, rnd)
+                    self.commits += 1
+                    self.after_commit(conn)
+                    time.sleep(self.pause)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+
 def with_database(dsn: str, name: str) -> str:
     return dsn.rsplit("/", 1)[0] + "/" + name
 

@@ -8,40 +8,25 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 
-import psycopg
-
-from tests.support import Decoder, execute, read_topic, rows, wait_for, wait_streaming
+from tests.support import Decoder, WriteLoad, execute, read_topic, rows, wait_for, wait_streaming
 
 SNAPSHOT_KILLS = 2  # while the initial copy runs (it takes a few seconds)
 STREAM_KILLS = 5  # while the stream runs
 ROWS_BEFORE = 60_000
 
 
-class Writer(threading.Thread):
-    """Commits small transactions (inserts and updates) until stopped."""
+class Writer(WriteLoad):
+    """Inserts and updates until stopped."""
 
-    def __init__(self, dsn: str):
-        super().__init__(daemon=True)
-        self.dsn = dsn
-        self.stopped = threading.Event()
-        self.commits = 0
+    seed, pause = 7, 0.002
 
-    def run(self) -> None:
-        rnd = random.Random(7)
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            while not self.stopped.is_set():
-                with conn.transaction():
-                    for _ in range(rnd.randint(1, 5)):
-                        conn.execute("insert into ledger (v, note) values (0, 'new')")
-                    conn.execute(
-                        "update ledger set v = v + 1, note = 'updated' where id = %s",
-                        (rnd.randint(1, ROWS_BEFORE),),
-                    )
-                self.commits += 1
-                time.sleep(0.002)
+    def transaction(self, conn, rnd) -> None:
+        for _ in range(rnd.randint(1, 5)):
+            conn.execute("insert into ledger (v, note) values (0, 'new')")
+        conn.execute("update ledger set v = v + 1, note = 'updated' where id = %s",
+                     (rnd.randint(1, ROWS_BEFORE),))
 
 
 def start_capture(stack, source, prefix, log):
@@ -93,6 +78,7 @@ def test_kill_9_at_random_moments_loses_nothing(stack, source, prefix, tmp_path)
         state = wait_for(all_arrived, 180, "every committed row")
         published = {dict(k)["id"]: v["v"] for k, v in state.items()}
         assert published == expected  # every row, each with its last committed value
+        assert writer.error is None, writer.error
         assert writer.commits > 100
     finally:
         writer.stopped.set()

@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
-import threading
-import time
 import uuid
 
 import psycopg
@@ -23,6 +20,7 @@ from materializers.core import Materializer
 from materializers.postgres import PostgresSink
 from tests.support import (
     Decoder,
+    WriteLoad,
     execute,
     fresh_database,
     read_topic,
@@ -73,34 +71,19 @@ def test_before_the_low_watermark_only_changes_the_snapshot_missed_drop_chunk_ro
 
 
 # -- end to end ---------------------------------------------------------------------------------
-class Writer(threading.Thread):
-    """Updates, deletes and re-inserts rows of the table being snapshotted, in small
-    transactions, all over the key range, until stopped."""
+class Writer(WriteLoad):
+    """Updates, deletes and re-inserts rows of the table being snapshotted, all over the key
+    range, until stopped."""
 
-    def __init__(self, dsn: str):
-        super().__init__(daemon=True)
-        self.dsn = dsn
-        self.stopped = threading.Event()
-        self.commits = 0
-        self.error: BaseException | None = None
+    seed, pause = 14, 0.005
 
-    def run(self) -> None:
-        rnd = random.Random(14)
-        try:
-            with psycopg.connect(self.dsn, autocommit=True) as conn:
-                while not self.stopped.is_set():
-                    first = rnd.randint(1, ROWS)
-                    with conn.transaction():
-                        conn.execute("update orders set v = v + 1, note = 'updated' "
-                                     "where id between %s and %s", (first, first + 30))
-                        conn.execute("delete from orders where id = %s", (rnd.randint(1, ROWS),))
-                        conn.execute("insert into orders values (%s, 0, 'again') "
-                                     "on conflict (id) do update set v = orders.v + 1",
-                                     (rnd.randint(1, ROWS),))
-                    self.commits += 1
-                    time.sleep(0.005)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            self.error = exc
+    def transaction(self, conn, rnd) -> None:
+        first = rnd.randint(1, ROWS)
+        conn.execute("update orders set v = v + 1, note = 'updated' "
+                     "where id between %s and %s", (first, first + 30))
+        conn.execute("delete from orders where id = %s", (rnd.randint(1, ROWS),))
+        conn.execute("insert into orders values (%s, 0, 'again') "
+                     "on conflict (id) do update set v = orders.v + 1", (rnd.randint(1, ROWS),))
 
 
 def start_capture(stack, source, prefix, log):

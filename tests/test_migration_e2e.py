@@ -10,12 +10,9 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 
-import psycopg
-
-from tests.support import execute, fresh_database, wait_for, wait_streaming
+from tests.support import WriteLoad, execute, fresh_database, wait_for, wait_streaming
 
 SCHEMA = [
     "create table accounts (id int primary key, balance numeric(12,2) not null, "
@@ -27,48 +24,35 @@ SCHEMA = [
 ]
 
 
-class Load(threading.Thread):
+class Load(WriteLoad):
     """Mixed writes until stopped; one truncate and one added column along the way."""
 
-    def __init__(self, dsn: str):
-        super().__init__(daemon=True)
-        self.dsn = dsn
-        self.stopped = threading.Event()
-        self.commits = 0
-        self.error: BaseException | None = None
+    seed = 3
 
-    def run(self) -> None:
-        rnd = random.Random(3)
-        try:
-            with psycopg.connect(self.dsn, autocommit=True) as conn:
-                while not self.stopped.is_set():
-                    self.commits += 1
-                    account = rnd.randint(1, 600)
-                    with conn.transaction():
-                        conn.execute("insert into events (account, kind, at) "
-                                     "values (%s, 'tick', now())", (account,))
-                        match rnd.randint(0, 9):
-                            case 0 | 1 | 2:
-                                conn.execute("update accounts set balance = balance + 1 "
-                                             "where id = %s", (account,))
-                            case 3:
-                                conn.execute("update accounts set doc = repeat(%s, 4000) "
-                                             "where id = %s", (chr(97 + account % 26), account))
-                            case 4:
-                                conn.execute("delete from accounts where id = %s", (account,))
-                            case 5 | 6:
-                                conn.execute("insert into accounts values (%s, 0, 'new', 'x') "
-                                             "on conflict (id) do nothing", (account,))
-                            case _:
-                                conn.execute("delete from events where id = (select min(id) "
-                                             "from events)")
-                    if self.commits == 300:
-                        conn.execute("truncate events")
-                    if self.commits == 600:
-                        conn.execute("alter table accounts add column tier int default 1")
-                    time.sleep(0.003)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            self.error = exc
+    def transaction(self, conn, rnd) -> None:
+        account = rnd.randint(1, 600)
+        conn.execute("insert into events (account, kind, at) values (%s, 'tick', now())",
+                     (account,))
+        match rnd.randint(0, 9):
+            case 0 | 1 | 2:
+                conn.execute("update accounts set balance = balance + 1 where id = %s",
+                             (account,))
+            case 3:
+                conn.execute("update accounts set doc = repeat(%s, 4000) where id = %s",
+                             (chr(97 + account % 26), account))
+            case 4:
+                conn.execute("delete from accounts where id = %s", (account,))
+            case 5 | 6:
+                conn.execute("insert into accounts values (%s, 0, 'new', 'x') "
+                             "on conflict (id) do nothing", (account,))
+            case _:
+                conn.execute("delete from events where id = (select min(id) from events)")
+
+    def after_commit(self, conn) -> None:
+        if self.commits == 300:
+            conn.execute("truncate events")
+        if self.commits == 600:
+            conn.execute("alter table accounts add column tier int default 1")
 
 
 def replica(stack, target: str, prefix: str, log) -> subprocess.Popen:

@@ -28,6 +28,10 @@ err = Console(stderr=True, soft_wrap=True)
 SourceOption = option("--source", "-s", help="Source database DSN [env: BOTTLER_PG_DSN]")
 TargetOption = option("--target", "-t", help="Target (replica) database DSN "
                       "[env: BOTTLER_TARGET_DSN]")
+PrefixOption = option("--topic-prefix", "--prefix", "-p",
+                      help="The capture's topic prefix [env: BOTTLER_TOPIC_PREFIX]")
+GroupOption = option("--group-id", "--group", "-g", help="The replica's consumer group (its "
+                     f"rows in bottler.offsets) [default: {DEFAULT_GROUP}]")
 TablesOption = option("--tables", help="Only this table (schema.table, or table in public); "
                       "repeatable.")
 
@@ -138,12 +142,8 @@ def status_cmd(
     target: str | None = TargetOption,
     broker: str | None = options.Broker,
     kafka_config: list[str] | None = options.KafkaConfig,
-    topic_prefix: str | None = option("--topic-prefix", "--prefix", "-p",
-                                      help="The capture's topic prefix "
-                                      "[env: BOTTLER_TOPIC_PREFIX]"),
-    group_id: str | None = option("--group-id", "--group", "-g",
-                                  help="The replica's consumer group (its rows in "
-                                  f"bottler.offsets) [default: {DEFAULT_GROUP}]"),
+    topic_prefix: str | None = PrefixOption,
+    group_id: str | None = GroupOption,
     tables: list[str] | None = TablesOption,
     exact: bool = option("--exact", default=False,
                          help="Count rows exactly (count(*)) instead of estimating."),
@@ -222,12 +222,8 @@ def cutover_cmd(
     target: str | None = TargetOption,
     broker: str | None = options.Broker,
     kafka_config: list[str] | None = options.KafkaConfig,
-    topic_prefix: str | None = option("--topic-prefix", "--prefix", "-p",
-                                      help="The capture's topic prefix "
-                                      "[env: BOTTLER_TOPIC_PREFIX]"),
-    group_id: str | None = option("--group-id", "--group", "-g",
-                                  help="The replica's consumer group (its rows in "
-                                  f"bottler.offsets) [default: {DEFAULT_GROUP}]"),
+    topic_prefix: str | None = PrefixOption,
+    group_id: str | None = GroupOption,
     slot: str | None = option("--slot", help="The capture's replication slot "
                               "[default: bottler] [env: BOTTLER_SLOT]"),
     dry_run: bool = option("--dry-run", default=False, help="Check the preconditions only."),
