@@ -152,3 +152,34 @@ def test_a_load_with_a_crash_and_a_rerun_equals_the_source(spark, stack, source,
     for table in QUERIES:
         assert delta_rows(rebuilt, table, columns(table)) == delta_rows(root, table,
                                                                         columns(table))
+
+
+def test_an_idle_trigger_runs_no_spark_job_and_costs_next_to_nothing(spark, stack, tmp_path):
+    """With nothing new, a batch reads the watermarks and stops there: no Spark job, well
+    under 0.2 CPU s in the driver; a batch with news runs Spark, stages and counts itself."""
+    from materializers.core import metrics
+    from tests.core_loops import Topic
+
+    topic = Topic(stack)
+    for i in range(10):
+        topic.put(i, f"v{i}")
+    topic.producer.flush(30)
+    job = WarehouseJob(spark, str(tmp_path / "warehouse"), bootstrap=stack.kafka,
+                       registry=stack.registry_url, prefix=topic.prefix)
+    batches = metrics.BATCHES.labels("warehouse")
+    try:
+        before = batches._value.get()
+        assert job.run_until_caught_up().changes == 10
+        assert batches._value.get() > before
+        tracker = spark.sparkContext.statusTracker()
+        jobs = set(tracker.getJobIdsForGroup())
+        cpu = time.process_time()
+        for _ in range(5):
+            result = job.batch()
+            assert result.messages == 0 and result.changes == 0
+        idle_cpu = (time.process_time() - cpu) / 5
+        assert set(tracker.getJobIdsForGroup()) == jobs, "an idle trigger ran a Spark job"
+        assert idle_cpu < 0.2, f"an idle trigger took {idle_cpu:.3f} CPU s"
+    finally:
+        job.close()
+    assert not list((tmp_path / "warehouse" / "_bottler_staging").glob("*"))
