@@ -183,3 +183,32 @@ def test_an_idle_trigger_runs_no_spark_job_and_costs_next_to_nothing(spark, stac
     finally:
         job.close()
     assert not list((tmp_path / "warehouse" / "_bottler_staging").glob("*"))
+
+
+def test_the_kafka_connector_route_decodes_as_the_data_source_does(spark, stack):
+    """Where Spark's Kafka connector is (the Docker image), its rows are decoded by the same
+    function in a UDF: fed the connector's columns, it gives the ``bottler_kafka`` rows."""
+    import datetime
+    import json
+
+    from materializers.warehouse.kafka import decoded_frame
+    from materializers.warehouse.source import NAME, read_range
+    from tests.core_loops import Topic
+
+    topic = Topic(stack)
+    for i in range(5):
+        topic.put(i, f"v{i}" if i != 3 else None)
+    topic.producer.flush(30)
+    raw = [(m.topic(), m.partition(), m.offset(),
+            datetime.datetime.fromtimestamp(m.timestamp()[1] / 1000, datetime.UTC),
+            m.key(), m.value())
+           for m in read_range(stack.kafka, topic.name, 0, 0, 5)]
+    connector = spark.createDataFrame(
+        raw, "topic string, partition int, offset long, timestamp timestamp, key binary, "
+             "value binary")
+    ours = (spark.read.format(NAME).option("bootstrap", stack.kafka)
+            .option("registry", stack.registry_url)
+            .option("ranges", json.dumps([[topic.name, 0, 0, 5]])).load())
+    got = sorted(tuple(r) for r in decoded_frame(connector, stack.registry_url).collect())
+    assert got == sorted(tuple(r) for r in ours.collect())
+    assert [r[4] for r in got] == ["upsert", "upsert", "upsert", "delete", "upsert"]

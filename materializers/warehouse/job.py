@@ -45,7 +45,7 @@ from materializers.core.changes import Change, TopicPartition, table_of
 from materializers.core.decode import DecodeError
 from materializers.core.poison import DeadLetters
 from materializers.core.sink import Sink
-from materializers.warehouse import jvm, staging
+from materializers.warehouse import jvm, kafka, staging
 from materializers.warehouse.delta import DeltaWriter, writer_for
 from materializers.warehouse.sink import DeltaSink
 from materializers.warehouse.source import NAME, KafkaRanges, decoder, read_range
@@ -115,6 +115,7 @@ class WarehouseJob:
         self._consumer = Consumer({"bootstrap.servers": bootstrap,
                                    "group.id": "bottler-warehouse-planner"})
         self._positions: dict[TopicPartition, int] = {}  # as flushed by this job
+        self._connector: bool | None = None  # Spark's Kafka connector on the classpath
 
     def close(self) -> None:
         self._consumer.close()
@@ -257,9 +258,14 @@ class WarehouseJob:
         from pyspark.sql import Window
         from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention
 
-        frame = (self.spark.read.format(NAME).option("bootstrap", self.bootstrap)
-                 .option("registry", self.registry).option("ranges", json.dumps(ranges))
-                 .load())
+        if self._connector is None:
+            self._connector = kafka.available(self.spark)
+        if self._connector:  # Spark's Kafka connector, where its jars are (the Docker image)
+            frame = kafka.frame(self.spark, self.bootstrap, self.registry, ranges)
+        else:
+            frame = (self.spark.read.format(NAME).option("bootstrap", self.bootstrap)
+                     .option("registry", self.registry).option("ranges", json.dumps(ranges))
+                     .load())
         last = Window.partitionBy("topic", "identity").orderBy(
             F.col("partition").desc(), F.col("offset").desc())
         return frame.withColumn("_rank", F.row_number().over(last)).where("_rank = 1") \
