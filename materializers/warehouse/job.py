@@ -10,12 +10,14 @@ Per micro-batch, on the driver:
 3. the offset ranges up to the high watermarks (at most ``max_messages`` per partition), cut
    into Spark partitions of ``chunk`` offsets;
 
-then Spark reads and decodes the ranges in parallel (source.py) and keeps the last event per
-key by (partition, offset) — a window over the key; the driver turns the survivors into
-:class:`~materializers.core.Change`\\ s and hands them, after the batch's truncates, to the
-:class:`DeltaSink` with the offsets the ranges end at: one Delta commit per table, its offsets in
-it (sink.py). So the MERGE, the truncates and the offsets have one implementation, shared with
-the consumer loop's path.
+then Spark reads and decodes the ranges in parallel (source.py, or Spark's Kafka connector where
+its jars are: kafka.py) and keeps the last event per key by (partition, offset) — a window over
+the key; the executors stage the survivors as Parquet (staging.py), and the driver hands each
+table's files, read as a stream, after the batch's truncates, to the :class:`DeltaSink` with the
+offsets the ranges end at: one Delta commit per table, its offsets in it (sink.py). No row
+passes through the driver's Python heap. So the MERGE, the truncates and the offsets have one
+implementation, shared with the consumer loop's path. A batch with nothing new (the watermarks
+say so) runs no Spark job.
 
 Poison messages (undecodable, or refused by the sink) go to ``<prefix>._bottler.dead-letter``
 or stop the job, by the core's poison policy (materializers/core/poison.py); watermarks are read
