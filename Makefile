@@ -10,7 +10,7 @@ STACK_DIR ?= .stack
 STACK  ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo embedded)
 COMPOSE := docker compose -f compose/docker-compose.yml
 
-.PHONY: up down status test test-faults bench lint deps system-deps
+.PHONY: up down status test test-faults test-busy bench lint deps system-deps
 
 deps: system-deps $(STAMP)
 
@@ -52,6 +52,11 @@ test-faults: deps
 	BOTTLER_FAULT_SECONDS=$${BOTTLER_FAULT_SECONDS:-120} BOTTLER_FAULT_RATE=$${BOTTLER_FAULT_RATE:-50} \
 		BOTTLER_FAULT_BROKER_RESTART=$${BOTTLER_FAULT_BROKER_RESTART:-1} \
 		$(BIN)/pytest -m faults tests/faults
+
+# The appliance test and the fault suite with every core kept busy by a busy loop beside them
+# (tests/conftest.py, cpu_hog): the views must keep up on a machine with no idle CPU.
+test-busy: deps
+	BOTTLER_CPU_HOG=1 $(BIN)/pytest tests/test_appliance.py tests/faults
 
 bench: deps
 	$(BIN)/python -m tests.bench

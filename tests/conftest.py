@@ -76,3 +76,28 @@ def start(stack, source, prefix):
     for capture in running:
         if capture.thread.is_alive():
             capture.stop()
+
+
+@pytest.fixture(autouse=True)
+def cpu_hog() -> Iterator[None]:
+    """``BOTTLER_CPU_HOG=1``: every core kept busy by a busy-loop process beside the test, for
+    its duration (``BOTTLER_CPU_HOG=<n>``: n processes), to show the views keep up on a machine
+    with no idle CPU, e.g.
+    ``BOTTLER_CPU_HOG=1 pytest tests/test_appliance.py tests/faults``."""
+    import os
+    import subprocess
+    import sys
+
+    wanted = os.environ.get("BOTTLER_CPU_HOG", "")
+    if wanted in ("", "0"):
+        yield
+        return
+    count = (os.cpu_count() or 2) if wanted == "1" else int(wanted)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(count)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()

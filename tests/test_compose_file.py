@@ -841,3 +841,15 @@ def test_docker_compose_config_accepts_the_file() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_dockerfile_carries_delta_spark_and_the_kafka_connector(compose: dict[str, Any]) -> None:
+    """The warehouse's cluster route is in the image: delta-spark and Spark's Kafka connector
+    fetched at build through Spark's resolver, their jars put on pyspark's classpath."""
+    _, dockerfile = build_paths(compose)
+    runs = " ".join(args for kw, args in dockerfile_instructions(dockerfile) if kw == "RUN")
+    assert "delta-spark==" in runs
+    assert "spark.jars.packages" in runs
+    assert "io.delta:delta-spark_2.13:" in runs
+    assert "org.apache.spark:spark-sql-kafka-0-10_2.13:" in runs
+    assert re.search(r"cp /tmp/ivy/jars/\*\.jar .*pyspark", runs), "jars not on the classpath"

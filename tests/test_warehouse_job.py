@@ -152,3 +152,63 @@ def test_a_load_with_a_crash_and_a_rerun_equals_the_source(spark, stack, source,
     for table in QUERIES:
         assert delta_rows(rebuilt, table, columns(table)) == delta_rows(root, table,
                                                                         columns(table))
+
+
+def test_an_idle_trigger_runs_no_spark_job_and_costs_next_to_nothing(spark, stack, tmp_path):
+    """With nothing new, a batch reads the watermarks and stops there: no Spark job, well
+    under 0.2 CPU s in the driver; a batch with news runs Spark, stages and counts itself."""
+    from materializers.core import metrics
+    from tests.core_loops import Topic
+
+    topic = Topic(stack)
+    for i in range(10):
+        topic.put(i, f"v{i}")
+    topic.producer.flush(30)
+    job = WarehouseJob(spark, str(tmp_path / "warehouse"), bootstrap=stack.kafka,
+                       registry=stack.registry_url, prefix=topic.prefix)
+    batches = metrics.BATCHES.labels("warehouse")
+    try:
+        before = batches._value.get()
+        assert job.run_until_caught_up().changes == 10
+        assert batches._value.get() > before
+        tracker = spark.sparkContext.statusTracker()
+        jobs = set(tracker.getJobIdsForGroup())
+        cpu = time.process_time()
+        for _ in range(5):
+            result = job.batch()
+            assert result.messages == 0 and result.changes == 0
+        idle_cpu = (time.process_time() - cpu) / 5
+        assert set(tracker.getJobIdsForGroup()) == jobs, "an idle trigger ran a Spark job"
+        assert idle_cpu < 0.2, f"an idle trigger took {idle_cpu:.3f} CPU s"
+    finally:
+        job.close()
+    assert not list((tmp_path / "warehouse" / "_bottler_staging").glob("*"))
+
+
+def test_the_kafka_connector_route_decodes_as_the_data_source_does(spark, stack):
+    """Where Spark's Kafka connector is (the Docker image), its rows are decoded by the same
+    function in a UDF: fed the connector's columns, it gives the ``bottler_kafka`` rows."""
+    import datetime
+    import json
+
+    from materializers.warehouse.kafka import decoded_frame
+    from materializers.warehouse.source import NAME, read_range
+    from tests.core_loops import Topic
+
+    topic = Topic(stack)
+    for i in range(5):
+        topic.put(i, f"v{i}" if i != 3 else None)
+    topic.producer.flush(30)
+    raw = [(m.topic(), m.partition(), m.offset(),
+            datetime.datetime.fromtimestamp(m.timestamp()[1] / 1000, datetime.UTC),
+            m.key(), m.value())
+           for m in read_range(stack.kafka, topic.name, 0, 0, 5)]
+    connector = spark.createDataFrame(
+        raw, "topic string, partition int, offset long, timestamp timestamp, key binary, "
+             "value binary")
+    ours = (spark.read.format(NAME).option("bootstrap", stack.kafka)
+            .option("registry", stack.registry_url)
+            .option("ranges", json.dumps([[topic.name, 0, 0, 5]])).load())
+    got = sorted(tuple(r) for r in decoded_frame(connector, stack.registry_url).collect())
+    assert got == sorted(tuple(r) for r in ours.collect())
+    assert [r[4] for r in got] == ["upsert", "upsert", "upsert", "delete", "upsert"]

@@ -29,6 +29,18 @@ PARTITION, OFFSET = "_bottler_partition", "_bottler_offset"  # an unkeyed row's 
 
 
 @dataclass
+class Staged:
+    """A table's rows of a batch that the warehouse job's executors staged (staging.py): its
+    topics, key columns (None: unkeyed), the rows as a streamed Source (delta.Source), and the
+    defaults of added columns (as :meth:`TableBatch.defaults`)."""
+
+    topics: set[str]
+    keys: list[str] | None
+    source: Any
+    defaults: dict[str, pa.Array] = field(default_factory=dict)
+
+
+@dataclass
 class TableBatch:
     """What one flush does to one table."""
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,6 +37,76 @@ def app_id(tp: TopicPartition) -> str:
 
 
 @dataclass
+class Part:
+    """Rows of one schema version a commit writes: ``batches()`` streams them (from memory, or
+    from a Parquet file an executor staged); ``fill``: columns every row takes (one value each,
+    the defaults of columns a later version of the batch added)."""
+
+    schema: pa.Schema
+    rows: int
+    deletes: int  # rows flagged DELETE
+    batches: Callable[[], Iterable[pa.RecordBatch]]
+    fill: dict[str, pa.Array] = field(default_factory=dict)
+    file: str | None = None  # the Parquet file staged, if any
+
+
+class Source:
+    """The rows a commit writes, as :class:`Part` s streamed one record batch at a time: the
+    writer never holds them all (delta-rs merges from the stream)."""
+
+    def __init__(self, parts: list[Part]):
+        self.parts = [p for p in parts if p.rows]
+        self.rows = sum(p.rows for p in self.parts)
+        self.deletes = sum(p.deletes for p in self.parts)
+        schemas = [pa.schema(list(p.schema) + [pa.field(n, a.type) for n, a in p.fill.items()
+                                               if n not in p.schema.names])
+                   for p in self.parts]
+        self.schema = (pa.unify_schemas(schemas, promote_options="permissive") if schemas
+                       else pa.schema([]))
+
+    @classmethod
+    def of(cls, table: pa.Table | None) -> Source | None:
+        if table is None:
+            return None
+        deletes = pc.sum(table[DELETE]).as_py() or 0 if DELETE in table.column_names else 0
+        return cls([Part(table.schema, table.num_rows, deletes, table.to_batches)])
+
+    @property
+    def upserts(self) -> int:
+        return self.rows - self.deletes
+
+    def reader(self, schema: pa.Schema, upserts_only: bool = False) -> pa.RecordBatchReader:
+        """The rows shaped as ``schema`` (columns they lack: nulls; narrower types: cast up);
+        ``upserts_only``: the deleted keys dropped (``schema`` has no DELETE column then)."""
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for part in self.parts:
+                for batch in part.batches():
+                    if upserts_only and DELETE in batch.schema.names:
+                        batch = batch.filter(pc.invert(batch.column(DELETE)))
+                    if batch.num_rows:
+                        yield conform(batch, schema, part.fill)
+
+        return pa.RecordBatchReader.from_batches(schema, batches())
+
+
+def conform(batch: pa.RecordBatch, schema: pa.Schema,
+            fill: Mapping[str, pa.Array] | None = None) -> pa.RecordBatch:
+    """``batch`` as ``schema``: missing columns null (or ``fill``'s value), types cast."""
+    n, names = batch.num_rows, batch.schema.names
+    arrays = []
+    for f in schema:
+        if f.name in names:
+            array = batch.column(f.name)
+        elif fill and f.name in fill:
+            array = pa.repeat(fill[f.name][0], n)
+        else:
+            array = pa.nulls(n, f.type)
+        arrays.append(array if array.type == f.type else array.cast(f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+@dataclass
 class Commit:
     """What one table's flush writes: ``source`` (None: offsets only) merged on ``keys``
     (None: appended, the table has no key), after emptying the table if ``truncate``; and the
@@ -46,19 +116,13 @@ class Commit:
     path: Path
     keys: list[str] | None
     truncate: bool
-    source: pa.Table | None
+    source: Source | None
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
     defaults: dict[str, pa.Array] = field(default_factory=dict)
 
-    @property
-    def upserts(self) -> pa.Table | None:
-        """The source's rows to store (deleted keys dropped), without the flag column."""
-        if self.source is None:
-            return None
-        if DELETE not in self.source.column_names:
-            return self.source
-        keep = pc.invert(self.source[DELETE])
-        return self.source.filter(keep).drop_columns([DELETE])
+
+def without_flag(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([f for f in schema if f.name != DELETE])
 
 
 class DeltaWriter(Protocol):
@@ -102,48 +166,50 @@ def quote(column: str) -> str:
 
 class RustDeltaWriter:
     """Delta commits through delta-rs: a MERGE for keyed tables, an append for unkeyed ones, an
-    overwrite after a truncate; new columns merged into the table schema."""
+    overwrite after a truncate; new columns merged into the table schema. The source is
+    streamed into each (delta-rs reads the record batches as it goes)."""
 
     def commit(self, commit: Commit) -> bool:
         table = open_table(commit.path)
-        upserts = commit.upserts
+        source = commit.source
         props = _properties(commit.offsets)
         if table is None:
-            if upserts is None or upserts.num_rows == 0:
+            if source is None or source.upserts == 0:
                 return False  # no row to give the table its columns
             commit.path.mkdir(parents=True, exist_ok=True)
-            write_deltalake(str(commit.path), upserts, mode="append", commit_properties=props)
+            write_deltalake(str(commit.path),
+                            source.reader(without_flag(source.schema), upserts_only=True),
+                            mode="append", commit_properties=props)
             return True
-        if commit.source is not None:
-            source = align(table, commit.source,
-                           {} if commit.truncate else commit.defaults)
-            commit = Commit(commit.path, commit.keys, commit.truncate, source, commit.offsets)
-            upserts = commit.upserts
+        schema = None
+        if source is not None:
+            schema = align(table, source.schema, {} if commit.truncate else commit.defaults)
         before = table.version()
         if commit.truncate:
-            data = upserts if upserts is not None else _empty(table)
+            data = (source.reader(without_flag(schema), upserts_only=True)
+                    if source is not None else _empty(table))
             write_deltalake(table, data, mode="overwrite", schema_mode="merge",
                             commit_properties=props)
-        elif commit.source is not None and commit.keys is None:
-            write_deltalake(table, upserts, mode="append", schema_mode="merge",
-                            commit_properties=props)
-        elif commit.source is not None:
-            self._merge(table, commit, props)
+        elif source is not None and commit.keys is None:
+            write_deltalake(table, source.reader(without_flag(schema), upserts_only=True),
+                            mode="append", schema_mode="merge", commit_properties=props)
+        elif source is not None:
+            self._merge(table, commit, schema, props)
         if table.version() == before and open_table(commit.path).version() == before:
             # a MERGE that changed nothing commits nothing: record the offsets alone
             write_deltalake(commit.path, _empty(table), mode="append", commit_properties=props)
         return True
 
     @staticmethod
-    def _merge(table: DeltaTable, commit: Commit, props: CommitProperties) -> None:
+    def _merge(table: DeltaTable, commit: Commit, schema: pa.Schema,
+               props: CommitProperties) -> None:
         source = commit.source
         on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in commit.keys)
-        merger = table.merge(source, on, source_alias="s", target_alias="t", merge_schema=True,
-                             commit_properties=props)
-        deleted = source[DELETE]
-        if pc.any(deleted).as_py():
+        merger = table.merge(source.reader(schema), on, source_alias="s", target_alias="t",
+                             merge_schema=True, commit_properties=props)
+        if source.deletes:
             merger = merger.when_matched_delete(f"s.{DELETE}")
-        if not pc.all(deleted).as_py():
+        if source.upserts:
             merger = merger.when_matched_update_all(
                 predicate=f"NOT s.{DELETE}", except_cols=[DELETE]
             ).when_not_matched_insert_all(predicate=f"NOT s.{DELETE}", except_cols=[DELETE])
@@ -161,27 +227,25 @@ def table_schema(table: DeltaTable) -> pa.Schema:
 # -- schema alignment and widening ------------------------------------------------------------
 
 
-def align(table: DeltaTable, source: pa.Table,
-          defaults: Mapping[str, pa.Array] | None = None) -> pa.Table:
-    """``source`` shaped for ``table``: the table's columns missing from it (dropped at the
-    source, or not in a delete's key) added as nulls, so a merged row never keeps a dropped
-    column's stale value; a source column narrower than the table's cast up (a row written
-    before a widening). A source column wider than the table's (``integer`` became ``bigint``)
-    widens the table first, where Delta allows it; other type changes are refused. A new column
-    with a default in ``defaults`` is added to the table first, its rows holding the default."""
+def align(table: DeltaTable, source: pa.Schema,
+          defaults: Mapping[str, pa.Array] | None = None) -> pa.Schema:
+    """The schema a ``source`` (of schema ``source``) is written as into ``table``: the table's
+    columns, then the source's new ones. Table columns missing from the source (dropped at the
+    source, or not in a delete's key) read null, so a merged row never keeps a dropped column's
+    stale value; a source column narrower than the table's is cast up (a row written before a
+    widening). A source column wider than the table's (``integer`` became ``bigint``) widens the
+    table first, where Delta allows it; other type changes are refused. A new column with a
+    default in ``defaults`` is added to the table first, its rows holding the default."""
     target = table_schema(table)
     widen = {}
     add = new_with_default(target, source, defaults)
-    for name in source.column_names:
+    for name in source.names:
         if name not in target.names:
             continue  # a new column: the write merges it into the table schema
-        have, want = target.field(name).type, source.schema.field(name).type
-        if have == want:
+        have, want = target.field(name).type, source.field(name).type
+        if have == want or _widens(want, have):
             continue
-        if _widens(want, have):
-            source = source.set_column(source.column_names.index(name), name,
-                                       source[name].cast(have))
-        elif _widens(have, want):
+        if _widens(have, want):
             widen[name] = want
         else:
             raise BottlerError(
@@ -191,18 +255,14 @@ def align(table: DeltaTable, source: pa.Table,
     if widen or add:
         rewrite(table, widen, add)
         target = table_schema(table)
-    n = source.num_rows
-    for f in target:
-        if f.name not in source.column_names:
-            source = source.append_column(f.name, pa.nulls(n, f.type))
-    return source
+    return pa.schema(list(target) + [f for f in source if f.name not in target.names])
 
 
-def new_with_default(target: pa.Schema, source: pa.Table,
+def new_with_default(target: pa.Schema, source: pa.Schema,
                      defaults: Mapping[str, pa.Array] | None) -> dict[str, pa.Array]:
     """The columns of ``source`` new to the table (schema ``target``) that have a default."""
     return {name: one for name, one in (defaults or {}).items()
-            if name in source.column_names and name not in target.names}
+            if name in source.names and name not in target.names}
 
 
 _INTS = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
@@ -276,8 +336,7 @@ class SparkDeltaWriter:
 
     def commit(self, commit: Commit) -> bool:
         table = open_table(commit.path)
-        upserts = commit.upserts
-        if table is None and (upserts is None or upserts.num_rows == 0):
+        if table is None and (commit.source is None or commit.source.upserts == 0):
             return False
         if len(commit.offsets) > 1:
             raise BottlerError(
@@ -291,7 +350,7 @@ class SparkDeltaWriter:
             conf.set("spark.databricks.delta.write.txnAppId", app_id(tp))
             conf.set("spark.databricks.delta.write.txnVersion", str(offset))
         if table is not None and commit.source is not None and not commit.truncate:
-            add = new_with_default(table_schema(table), commit.source, commit.defaults)
+            add = new_with_default(table_schema(table), commit.source.schema, commit.defaults)
             if add:  # through delta-rs: one commit without offsets, before Spark's
                 rewrite(table, {}, add)
         try:
@@ -303,8 +362,7 @@ class SparkDeltaWriter:
 
     def _write(self, commit: Commit, table: DeltaTable | None) -> None:
         path = str(commit.path)
-        source = commit.source if commit.source is not None else _empty(table)
-        frame = self.spark.createDataFrame(source)
+        frame = self._frame(commit.source, table)
         if commit.keys is None or commit.truncate or table is None:
             rows = frame.filter(f"NOT {DELETE}").drop(DELETE) if DELETE in frame.columns \
                 else frame
@@ -323,3 +381,18 @@ class SparkDeltaWriter:
             f"WHEN MATCHED AND s.{DELETE} THEN DELETE "
             f"WHEN MATCHED THEN UPDATE SET {sets} "
             f"WHEN NOT MATCHED AND NOT s.{DELETE} THEN INSERT ({names}) VALUES ({values})")
+
+    def _frame(self, source: Source | None, table: DeltaTable | None) -> Any:
+        """The source as a DataFrame: the executors' staged Parquet files read by Spark (the
+        rows never pass through this process); a source in memory (the consumer loop's) as
+        it is."""
+        if source is None:
+            return self.spark.createDataFrame(_empty(table))
+        files = [p.file for p in source.parts if p.file is not None and not p.fill]
+        if len(files) == len(source.parts):
+            frames = [self.spark.read.parquet(f) for f in files]
+            frame = frames[0]
+            for other in frames[1:]:
+                frame = frame.unionByName(other, allowMissingColumns=True)
+            return frame
+        return self.spark.createDataFrame(source.reader(source.schema).read_all())

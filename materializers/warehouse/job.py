@@ -10,12 +10,14 @@ Per micro-batch, on the driver:
 3. the offset ranges up to the high watermarks (at most ``max_messages`` per partition), cut
    into Spark partitions of ``chunk`` offsets;
 
-then Spark reads and decodes the ranges in parallel (source.py) and keeps the last event per
-key by (partition, offset) — a window over the key; the driver turns the survivors into
-:class:`~materializers.core.Change`\\ s and hands them, after the batch's truncates, to the
-:class:`DeltaSink` with the offsets the ranges end at: one Delta commit per table, its offsets in
-it (sink.py). So the MERGE, the truncates and the offsets have one implementation, shared with
-the consumer loop's path.
+then Spark reads and decodes the ranges in parallel (source.py, or Spark's Kafka connector where
+its jars are: kafka.py) and keeps the last event per key by (partition, offset) — a window over
+the key; the executors stage the survivors as Parquet (staging.py), and the driver hands each
+table's files, read as a stream, after the batch's truncates, to the :class:`DeltaSink` with the
+offsets the ranges end at: one Delta commit per table, its offsets in it (sink.py). No row
+passes through the driver's Python heap. So the MERGE, the truncates and the offsets have one
+implementation, shared with the consumer loop's path. A batch with nothing new (the watermarks
+say so) runs no Spark job.
 
 Poison messages (undecodable, or refused by the sink) go to ``<prefix>._bottler.dead-letter``
 or stop the job, by the core's poison policy (materializers/core/poison.py); watermarks are read
@@ -28,11 +30,14 @@ import json
 import logging
 import os
 import pickle
+import shutil
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer
@@ -44,13 +49,15 @@ from materializers.core.changes import Change, TopicPartition, table_of
 from materializers.core.decode import DecodeError
 from materializers.core.poison import DeadLetters
 from materializers.core.sink import Sink
-from materializers.warehouse import jvm
+from materializers.warehouse import jvm, kafka, staging
 from materializers.warehouse.delta import DeltaWriter, writer_for
 from materializers.warehouse.sink import DeltaSink
 from materializers.warehouse.source import NAME, KafkaRanges, decoder, option_value, read_range
 from schemas.topics import DEAD_LETTER, TRUNCATE, table_topics, with_prefix
 
 log = logging.getLogger(__name__)
+
+STAGING = "_bottler_staging"  # under the warehouse: each batch's staged rows, removed after it
 
 
 def spark_session(master: str = "local[2]", app: str = "bottler-warehouse"):
@@ -71,6 +78,7 @@ def spark_session(master: str = "local[2]", app: str = "bottler-warehouse"):
     spark = jvm.start(builder)
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(KafkaRanges)
+    spark.dataSource.register(staging.StageSink)
     return spark
 
 
@@ -111,6 +119,7 @@ class WarehouseJob:
         self._consumer = Consumer({**client_config(bootstrap),
                                    "group.id": "bottler-warehouse-planner"})
         self._positions: dict[TopicPartition, int] = {}  # as flushed by this job
+        self._connector: bool | None = None  # Spark's Kafka connector on the classpath
 
     def close(self) -> None:
         self._consumer.close()
@@ -173,17 +182,32 @@ class WarehouseJob:
             result.messages += end - begin
             ranges += [[tp[0], tp[1], lo, min(lo + self.chunk, end)]
                        for lo in range(begin, end, self.chunk)]
-        changes = self._read(ranges, result) if ranges else []
-        moved_any = any(start.get(tp) != o for tp, o in offsets.items())
-        if truncates or changes or moved_any:
-            try:
-                applied = self._write(truncates + changes, offsets)
-            except BaseException:
-                self._positions.clear()  # where the tables stand is read again
-                raise
-            self._positions.update(offsets)
-            metrics.count_changes(self.name, applied)
-        result.changes, result.truncates = len(changes), len(truncates)
+        stage_dir = self._staging() if ranges else None
+        try:
+            if stage_dir is not None:  # the Delta tables: the executors stage, delta-rs streams
+                staged = self._stage(ranges, stage_dir, result)
+                changes, rows = [], staged.rows if staged else 0
+            else:  # nothing to read, or a sink taking changes (the core's reference sink)
+                staged, changes = None, self._read(ranges, result) if ranges else []
+                rows = len(changes)
+            moved_any = any(start.get(tp) != o for tp, o in offsets.items())
+            if truncates or rows or moved_any:
+                try:
+                    applied = self._write(truncates + changes, offsets, staged)
+                except BaseException:
+                    self._positions.clear()  # where the tables stand is read again
+                    raise
+                self._positions.update(offsets)
+                metrics.count_changes(self.name, applied)
+                for table in (staged.tables.values() if staged else ()):
+                    metrics.CHANGES.labels(self.name, "upsert").inc(table.source.upserts)
+                    metrics.CHANGES.labels(self.name, "delete").inc(table.source.deletes)
+                metrics.BATCHES.labels(self.name).inc()
+        finally:
+            if stage_dir is not None:
+                shutil.rmtree(stage_dir, ignore_errors=True)
+        changes_count = rows
+        result.changes, result.truncates = changes_count, len(truncates)
         result.offsets = {**start, **offsets}
         for (topic, partition), h in high.items():
             metrics.LAG.labels(self.name, topic, str(partition)).set(
@@ -191,9 +215,12 @@ class WarehouseJob:
         behind = any(h > result.offsets[tp] for tp, h in high.items())
         metrics.CAUGHT_UP.labels(self.name).set(0 if behind or result.capped else 1)
         if result.messages or truncates:
-            log.info("%s: %d messages, %d changes after the per-key dedupe, %d truncates,"
-                     " %d dead letters in %.1f s", self.name, result.messages, len(changes),
-                     len(truncates), result.dead_letters, time.monotonic() - started)
+            took = time.monotonic() - started
+            log.info("%s: %d messages (%.0f/s), %d changes after the per-key dedupe, %d truncates,"
+                     " %d dead letters in %.1f s; offsets %s", self.name, result.messages,
+                     result.messages / max(took, 1e-6), changes_count, len(truncates),
+                     result.dead_letters, took,
+                     ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(offsets.items())))
         return result
 
     def _partitions(self) -> list[TopicPartition]:
@@ -229,19 +256,28 @@ class WarehouseJob:
             moved[tp] = max(high[tp], start[tp])
         return changes, moved
 
-    def _read(self, ranges: list[list], result: BatchResult) -> list[Change]:
-        """Spark: read and decode the ranges, keep the last event per key."""
+    def _deduplicated(self, ranges: list[list]) -> Any:
+        """The ranges read and decoded (one Spark partition per range of a topic-partition),
+        the last event of each key kept: a window over ``(topic, identity)``."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention
 
-        frame = (self.spark.read.format(NAME).option("bootstrap", option_value(self.bootstrap))
-                 .option("registry", option_value(self.registry))
-                 .option("ranges", json.dumps(ranges))
-                 .load())
+        if self._connector is None:
+            self._connector = kafka.available(self.spark)
+        if self._connector:  # Spark's Kafka connector, where its jars are (the Docker image)
+            frame = kafka.frame(self.spark, self.bootstrap, self.registry, ranges)
+        else:
+            frame = (self.spark.read.format(NAME).option("bootstrap", option_value(self.bootstrap))
+                     .option("registry", option_value(self.registry))
+                     .option("ranges", json.dumps(ranges)).load())
         last = Window.partitionBy("topic", "identity").orderBy(
             F.col("partition").desc(), F.col("offset").desc())
-        rows = (frame.withColumn("_rank", F.row_number().over(last))
-                .where("_rank = 1").drop("_rank").collect())
+        return frame.withColumn("_rank", F.row_number().over(last)).where("_rank = 1") \
+            .drop("_rank")
+
+    def _read(self, ranges: list[list], result: BatchResult) -> list[Change]:
+        """The deduplicated rows collected as changes: for a sink that takes changes only."""
+        rows = self._deduplicated(ranges).collect()
         changes = []
         for row in sorted(rows, key=lambda r: (r["topic"], r["partition"], r["offset"])):
             if row["op"] == "poison":
@@ -266,7 +302,33 @@ class WarehouseJob:
     def _schema(self, schema_id: int | None):
         return None if schema_id is None else self.decoder.schema(schema_id)
 
-    def _write(self, changes: list[Change], offsets: dict[TopicPartition, int]) -> list[Change]:
+    def _staging(self) -> Path | None:
+        """A fresh staging directory for this batch's rows, when the sink takes staged rows."""
+        if not isinstance(self.sink, DeltaSink):
+            return None
+        path = self.sink.root / STAGING / uuid.uuid4().hex
+        path.mkdir(parents=True)
+        return path
+
+    def _stage(self, ranges: list[list], directory: Path, result: BatchResult) -> staging.Batch:
+        """Spark: read and decode the ranges, keep the last event per key, and stage the
+        survivors as Parquet in ``directory`` (executors); the driver reads the footers."""
+        self._deduplicated(ranges).write.format(staging.NAME).mode("append") \
+            .option("dir", str(directory)).option("registry", self.registry).save()
+        staged = staging.read(directory, self.decoder)
+        for p in sorted(staged.poison, key=lambda p: (p.topic, p.partition, p.offset)):
+            at = p.topic, p.partition, p.offset
+            self.dead_letters.at(*at, p.reason, p.error, lambda at=at: self._content(*at))
+            result.dead_letters += 1
+        return staged
+
+    def _write(self, changes: list[Change], offsets: dict[TopicPartition, int],
+               staged: staging.Batch | None = None) -> list[Change]:
+        if staged is not None:
+            self.sink.write(changes, offsets, staged.tables)
+            self.dead_letters.flush()
+            self.sink.flush()
+            return changes
         return poison.apply(self.sink, changes, offsets, self.dead_letters,
                             lambda c: self._content(c.topic, c.partition, c.offset))
 

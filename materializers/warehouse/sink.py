@@ -23,18 +23,19 @@ rewinds the table's topic to the truncate's barrier and replays what followed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from deltalake import write_deltalake
 
 from materializers.core.changes import Change, TableId, TopicPartition
 from materializers.core.sink import Offsets
-from materializers.warehouse.batch import table_batches
+from materializers.warehouse.batch import Staged, table_batches
 from materializers.warehouse.delta import (
     Commit,
     DeltaWriter,
     RustDeltaWriter,
+    Source,
     _properties,
     open_table,
     stored_offsets,
@@ -91,18 +92,29 @@ class DeltaSink:
             found.update(stored_offsets(offsets_table, rest))
         return found
 
-    def write(self, changes: Sequence[Change], offsets: Offsets) -> None:
+    def write(self, changes: Sequence[Change], offsets: Offsets,
+              staged: Mapping[TableId, Staged] | None = None) -> None:
+        """The Sink protocol's write; ``staged``: tables' rows the warehouse job's executors
+        staged as Parquet (staging.py), written from there, after ``changes`` (its truncates)."""
         commits = []
         routed: set[TopicPartition] = set()
-        for table, batch in table_batches(changes).items():
+        batches = table_batches(changes)
+        staged = staged or {}
+        for table in dict.fromkeys([*batches, *staged]):
+            batch, rows = batches.get(table), staged.get(table)
+            topics = (batch.topics if batch else set()) | (rows.topics if rows else set())
             path = table_path(self.root, table)
-            for topic in batch.topics:
+            for topic in topics:
                 self._topic_paths[topic] = path
-            mine = {tp: o for tp, o in offsets.items() if tp[0] in batch.topics}
+            mine = {tp: o for tp, o in offsets.items() if tp[0] in topics}
             routed |= mine.keys()
-            keys = batch.key_columns() if batch.keyed else None
-            commits.append(Commit(path, keys, batch.truncated, batch.source(), mine,
-                                  batch.defaults()))
+            truncated = batch is not None and batch.truncated
+            if rows is not None:
+                keys, source, defaults = rows.keys, rows.source, rows.defaults
+            else:
+                keys = batch.key_columns() if batch.keyed else None
+                source, defaults = Source.of(batch.source()), batch.defaults()
+            commits.append(Commit(path, keys, truncated, source, mine, defaults))
         by_path: dict[Path, dict[TopicPartition, int]] = {}
         rest: dict[TopicPartition, int] = {}
         for tp, offset in offsets.items():
@@ -124,7 +136,7 @@ class DeltaSink:
                 if self.writer.commit(commit):
                     self.commits += 1
                     if commit.source is not None:
-                        self.rows_written += commit.source.num_rows
+                        self.rows_written += commit.source.rows
                 else:  # no table to hold them (yet)
                     rest.update(commit.offsets)
             if rest:

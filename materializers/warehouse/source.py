@@ -93,9 +93,14 @@ def read_range(bootstrap: Connection, topic: str, partition: int, start: int,
 
 def decoded_row(msg: Message, decode: Decoder) -> tuple:
     """One row of the data source for one message."""
-    topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
-    timestamp = msg.timestamp()[1]
-    key, value = msg.key(), msg.value()
+    return decoded(msg.topic(), msg.partition(), msg.offset(), msg.timestamp()[1], msg.key(),
+                   msg.value(), decode)
+
+
+def decoded(topic: str, partition: int, offset: int, timestamp: int, key: bytes | None,
+            value: bytes | None, decode: Decoder) -> tuple:
+    """One row of the data source for one message's parts: what both readers (this data
+    source, and Spark's Kafka connector where its jars are: kafka.py) produce."""
     try:
         kschema, kdatum = decode.decode(key) if key is not None else (None, None)
         vschema, vdatum = decode.decode(value) if value is not None else (None, None)

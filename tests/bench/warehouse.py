@@ -14,6 +14,7 @@ timestamptz). Runs without the stack: ``python -m tests.bench.warehouse [--rows 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -116,6 +117,16 @@ def warehouse(rows: int = ROWS, count: int = CHANGES, say=print) -> list[Figure]
             raise RuntimeError(f"the merged table holds {delta.count():,} rows, not "
                                f"{expected:,}")
         metrics = delta.history(1)[0].get("operationMetrics", {})
+
+        say(f"warehouse: staged route, MERGE of {count:,} changes from Parquet files")
+        staged_root = work / "staged-merge"
+        shutil.copytree(base, table_path(staged_root, TABLE))
+        stage_start = time.perf_counter()
+        stage(batch, work / "staging")
+        stage_s = time.perf_counter() - stage_start
+        staged_s = staged_merge(staged_root, work / "staging", count)
+        if DeltaTable(str(table_path(staged_root, TABLE))).count() != expected:
+            raise RuntimeError("the staged merge's row count differs")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     ceiling = Figure(
@@ -130,7 +141,86 @@ def warehouse(rows: int = ROWS, count: int = CHANGES, say=print) -> list[Figure]
                f"commit with its offsets); 80% updates, 10% inserts, 10% deletes; "
                f"{metrics.get('num_target_rows_copied', '?'):,} unchanged rows rewritten into "
                f"{metrics.get('num_target_files_added', '?')} new files; row count checked"])
-    return [ceiling, merge]
+    staged_fig = Figure(
+        f"warehouse: staged MERGE of {count:,} changes (the job's route)", count / staged_s,
+        "changes/s", ceiling=ceiling,
+        notes=[f"{staged_s:.2f} s on the driver (footers, the files streamed into delta-rs's "
+               f"MERGE); the executors' part, turning decoded changes into Parquet, took "
+               f"{stage_s:.2f} s here in one process"])
+    return [ceiling, merge, staged_fig]
+
+
+def stage(batch: list[Change], directory: Path, per_file: int = 50_000) -> None:
+    """``batch`` staged as the executors stage it (staging.py): Parquet files per kind."""
+    import pyarrow.parquet as pq
+
+    from materializers.warehouse.staging import META, _arrow, _kind
+
+    directory.mkdir(parents=True, exist_ok=True)
+    groups: dict[str, list[Change]] = {}
+    for change in batch:
+        groups.setdefault(_kind(change), []).append(change)
+    for kind, group in groups.items():
+        for n, i in enumerate(range(0, len(group), per_file)):
+            part = group[i:i + per_file]
+            meta = {"topic": TOPIC, "table": [TABLE.schema, TABLE.table], "kind": kind,
+                    "schema_id": 1, "keys": ["id"],
+                    "value_schema_id": part[-1].value_schema_id}
+            data = _arrow(kind, part).replace_schema_metadata({META: json.dumps(meta).encode()})
+            pq.write_table(data, directory / f"{kind}-{n}.parquet")
+
+
+def staged_merge(root: Path, directory: Path, count: int) -> float:
+    """The driver's side of a staged batch: footers read, the files merged as a stream."""
+    from materializers.warehouse.staging import read
+
+    class Schemas:  # the registry's answer for the one value schema
+        def schema(self, _id):
+            return type("S", (), {"schema": VALUE, "id": 2})
+
+    sink = DeltaSink(root)
+    sink.stored_offsets([(TOPIC, 0)])
+    start = time.perf_counter()
+    staged = read(directory, Schemas())
+    sink.write([], {(TOPIC, 0): count}, staged.tables)
+    sink.flush()
+    return time.perf_counter() - start
+
+
+def rss_child(work: Path, count: int) -> None:
+    """(child) merge the batch staged under ``work`` and print the process's peak RSS in MB:
+    all this process does is the driver's side of one batch."""
+    import resource
+
+    staged_merge(work / "merge", work / "staged", count)
+    print(json.dumps({"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def driver_rss(rows: int, counts: list[int]) -> list[Figure]:
+    """The driver's peak RSS merging staged batches of growing size into a ``rows``-row table,
+    each merge in a fresh process (the setup is done here)."""
+    import subprocess
+
+    figures = []
+    for count in counts:
+        work = Path(tempfile.mkdtemp(prefix="bench-warehouse-rss-"))
+        try:
+            size = max(rows, 2 * count)  # the changes' keys are distinct below 2 × count
+            write_deltalake(str(table_path(work / "merge", TABLE)),
+                            arrow([row(i) for i in range(1, size + 1)]))
+            stage(changes(size, count), work / "staged")
+            done = subprocess.run([sys.executable, "-m", "tests.bench.warehouse", "--rss-child",
+                                   str(work), "--changes", str(count)],
+                                  capture_output=True, text=True, check=True)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+        figures.append(Figure(f"warehouse driver: peak RSS merging {count:,} staged changes",
+                              found["peak_mb"], "MB",
+                              notes=[f"into a {size:,}-row table; a process doing only the "
+                                     f"driver's side (footers read, files streamed into "
+                                     f"delta-rs's MERGE)"]))
+    return figures
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -138,10 +228,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", type=int, default=ROWS, help=f"table rows [{ROWS:,}]")
     parser.add_argument("--changes", type=int, default=CHANGES,
                         help=f"changes to merge [{CHANGES:,}]")
+    parser.add_argument("--rss-child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.rss_child:
+        rss_child(args.rss_child, args.changes)
+        return
     header = [code_line(), machine_line()]
     figures = warehouse(args.rows, args.changes,
                         say=lambda what: print(f"bench: {what}", file=sys.stderr, flush=True))
+    figures += driver_rss(args.rows, [args.changes // 10, args.changes, args.changes * 10])
     print_report(figures, header)
 
 
