@@ -314,7 +314,7 @@ class WarehouseJob:
         """Spark: read and decode the ranges, keep the last event per key, and stage the
         survivors as Parquet in ``directory`` (executors); the driver reads the footers."""
         self._deduplicated(ranges).write.format(staging.NAME).mode("append") \
-            .option("dir", str(directory)).option("registry", self.registry).save()
+            .option("dir", str(directory)).option("registry", option_value(self.registry)).save()
         staged = staging.read(directory, self.decoder)
         for p in sorted(staged.poison, key=lambda p: (p.topic, p.partition, p.offset)):
             at = p.topic, p.partition, p.offset

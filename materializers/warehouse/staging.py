@@ -85,8 +85,10 @@ def _arrow(kind: str, group: list[Change]) -> pa.Table:
 
 class StageWriter(DataSourceWriter):
     def __init__(self, options: dict[str, str]):
+        from materializers.warehouse.source import from_option
+
         self.dir = Path(options["dir"])
-        self.registry = options["registry"]
+        self.registry = from_option(options["registry"])  # a URL, or the client properties
 
     def write(self, rows: Iterator[Any]) -> WriterCommitMessage:
         from materializers.warehouse.source import decoder
