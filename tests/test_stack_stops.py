@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -162,22 +163,24 @@ def test_down_at_a_moment_of_up_leaves_no_process(stack_dir, moment):
 
 # -- the warehouse alone, during Spark's start ---------------------------------------------
 
-def start_warehouse(tmp_path: Path) -> subprocess.Popen:
-    """`bottler materialize warehouse` on a broker and registry that do not answer: Spark starts
-    (and the job fails after it), which is all these tests need."""
-    unused = free_port()
+def start_warehouse(stack, tmp_path: Path) -> subprocess.Popen:
+    """`bottler materialize warehouse` on the session's broker and registry (it checks that
+    they answer before Spark starts), under a prefix of its own: all these tests need is
+    Spark's start."""
     with open(tmp_path / "warehouse.log", "wb") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "bottler", "materialize", "warehouse", "--path",
-             str(tmp_path / "warehouse"), "--broker", f"127.0.0.1:{unused}", "--schema-registry",
-             f"http://127.0.0.1:{unused}", "--metrics-port", str(free_port())],
+             str(tmp_path / "warehouse"), "--broker", stack.kafka, "--schema-registry",
+             stack.registry_url, "--topic-prefix", f"t{uuid.uuid4().hex[:8]}",
+             "--metrics-port", str(free_port())],
             stdout=log, stderr=subprocess.STDOUT)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_warehouse_stopped_while_spark_starts_exits_at_once_and_leaves_no_jvm(tmp_path, sig):
+def test_a_warehouse_stopped_while_spark_starts_exits_at_once_and_leaves_no_jvm(stack, tmp_path,
+                                                                                sig):
     with Tracker(tmp_path, interval=0.05) as tracker:
-        warehouse = start_warehouse(tmp_path)
+        warehouse = start_warehouse(stack, tmp_path)
         try:
             wait_for(lambda: any(map(spark_jvm, tracker.commands())), 120, "Spark's JVM")
             os.kill(warehouse.pid, sig)
@@ -195,9 +198,9 @@ def test_a_warehouse_stopped_while_spark_starts_exits_at_once_and_leaves_no_jvm(
     assert took < 10
 
 
-def test_a_warehouse_killed_while_spark_starts_leaves_no_process(tmp_path):
+def test_a_warehouse_killed_while_spark_starts_leaves_no_process(stack, tmp_path):
     with Tracker(tmp_path, interval=0.05) as tracker:
-        warehouse = start_warehouse(tmp_path)
+        warehouse = start_warehouse(stack, tmp_path)
         # the earliest moment: the shell script that launches Spark
         wait_for(lambda: len(tracker.commands()) > 1, 120, "Spark's launch")
         warehouse.kill()
