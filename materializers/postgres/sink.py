@@ -96,19 +96,29 @@ DDL_LOCK = 0x626F74746C6572  # "bottler": the advisory lock of table creation an
 
 def _stored(conn: psycopg.Connection, group_id: str,
             partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+    """The offsets stored in ``bottler.offsets`` for ``partitions``."""
     wanted = set(partitions)
     rows = conn.execute(
         'select topic, "partition", next_offset from bottler.offsets where group_id = %s',
         (group_id,),
     ).fetchall()
-    stored = {(t, p): o for t, p, o in rows if (t, p) in wanted}
-    if conn.execute("select to_regclass('bottler.seeds') is not null").fetchone()[0]:
-        seeded = seeds.load(conn, group_id)
-        for topic, partition in wanted - stored.keys():  # a seeded table's first read
-            start = seeded[topic].start_offsets.get(partition) if topic in seeded else None
-            if start:
-                stored[(topic, partition)] = start
-    return stored
+    return {(t, p): o for t, p, o in rows if (t, p) in wanted}
+
+
+def _with_seed_starts(conn: psycopg.Connection, group_id: str,
+                      partitions: Sequence[TopicPartition],
+                      stored: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+    """``stored``, and where a seeded table's partition has no stored offset yet, the offset
+    its seed starts reading from (where the topic stood at the seed's snapshot)."""
+    if not conn.execute("select to_regclass('bottler.seeds') is not null").fetchone()[0]:
+        return stored
+    seeded = seeds.load(conn, group_id)
+    found = dict(stored)
+    for topic, partition in set(partitions) - stored.keys():
+        start = seeded[topic].start_offsets.get(partition) if topic in seeded else None
+        if start:
+            found[(topic, partition)] = start
+    return found
 
 
 class PostgresSink:
@@ -146,15 +156,18 @@ class PostgresSink:
 
     def stored_offsets(self, partitions: Sequence[TopicPartition]) -> Offsets | None:
         self._reset()
-        found = _stored(self._conn, self.group_id, partitions)
+        stored = _stored(self._conn, self.group_id, partitions)
+        found = _with_seed_starts(self._conn, self.group_id, partitions, stored)
         self._conn.rollback()
-        self._known = {tp: found.get(tp) for tp in partitions}
+        # what bottler.offsets holds (a seed's start is not there yet: the first write inserts)
+        self._known = {tp: stored.get(tp) for tp in partitions}
         return found
 
     def peek_offsets(self, partitions: Sequence[TopicPartition]) -> Offsets:
         """The stored offsets now, between batches (nothing unflushed), keeping what is known
         of the tables: the consumer loop's look for partitions another instance moved."""
-        found = _stored(self._conn, self.group_id, partitions)
+        found = _with_seed_starts(self._conn, self.group_id, partitions,
+                                  _stored(self._conn, self.group_id, partitions))
         self._conn.rollback()
         return found
 
@@ -167,7 +180,8 @@ class PostgresSink:
         with connect(target_dsn, autocommit=True) as conn:
             if not conn.execute("select to_regclass('bottler.offsets') is not null").fetchone()[0]:
                 return None
-            return _stored(conn, group_id, partitions)
+            return _with_seed_starts(conn, group_id, partitions,
+                                     _stored(conn, group_id, partitions))
 
     def write(self, changes: Sequence[Change], offsets: Offsets) -> None:
         try:
