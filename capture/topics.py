@@ -24,6 +24,7 @@ end offset of every partition of its table topic.
 from __future__ import annotations
 
 import logging
+import time
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
@@ -123,6 +124,25 @@ def _alter_configs(admin: AdminClient, names: list[str], config: dict[str, str])
                 f"cannot change the settings of topic {resource.name}: {exc.args[0].str()}",
                 "check the -T topic settings and the broker's permissions (AlterConfigs)",
             ) from None
+    _settled(admin, [r.name for r in changes], config)
+
+
+def _settled(admin: AdminClient, names: list[str], config: dict[str, str],
+             timeout: float = 15.0) -> None:
+    """Wait until the broker reports the new settings: a broker may apply an accepted change a
+    moment later, and a message sent before (a row over the old size limit) would be refused."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        described = admin.describe_configs([ConfigResource("topic", t) for t in names])
+        try:
+            current = {r.name: f.result(timeout=10) for r, f in described.items()}
+        except KafkaException:
+            current = {}
+        if current and all(t in current and all(k in current[t] and current[t][k].value == v
+                                                for k, v in config.items()) for t in names):
+            return
+        time.sleep(0.2)
+    log.warning("topics %s: the broker does not report the new settings yet", ", ".join(names))
 
 
 def unreachable_broker(reason: object, broker: str = "") -> BottlerError:
