@@ -14,6 +14,7 @@ from common.config import (
     MetricsSettings,
     RegistrySettings,
     TopicPrefixSettings,
+    comma_separated,
     env,
     load,
     parse_properties,
@@ -64,12 +65,7 @@ class CaptureSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings, Metr
     @field_validator("tables", mode="before")
     @classmethod
     def _table_list(cls, v: Any) -> Any:
-        """`--tables a,b` as well as repeated flags and YAML lists."""
-        if isinstance(v, str):
-            v = [v]
-        if isinstance(v, list | tuple):
-            return [t.strip() for item in v for t in str(item).split(",") if t.strip()]
-        return v
+        return comma_separated(v)
 
     @field_validator("topic_config", mode="before")
     @classmethod

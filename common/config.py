@@ -351,6 +351,17 @@ def load(cls: type[S], given: Mapping[str, Any], *, config: str = "config",
         raise _invalid(cls, exc, path) from None
 
 
+def comma_separated(value: Any) -> Any:
+    """A list option given as repeated flags, `a,b` or a YAML list: one flat list of names."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    if isinstance(value, list | tuple):
+        return [t.strip() for item in value for t in str(item).split(",") if t.strip()]
+    return value  # not a list: left for the field's own validation to reject
+
+
 def parse_properties(pairs: list[str] | tuple[str, ...], flag: str) -> dict[str, str]:
     """`-C`/`-R` values, prop=value each."""
     props = {}

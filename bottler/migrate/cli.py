@@ -17,7 +17,14 @@ from rich.text import Text
 from bottler.migrate.status import DEFAULT_GROUP, StatusReport
 from bottler.migrate.verify import VerifyReport
 from common import options
-from common.config import KafkaSettings, Settings, TopicPrefixSettings, env, load
+from common.config import (
+    KafkaSettings,
+    Settings,
+    TopicPrefixSettings,
+    comma_separated,
+    env,
+    load,
+)
 from common.options import option
 
 migrate_app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -46,14 +53,7 @@ class MigrateSettings(Settings):
     @field_validator("tables", mode="before")
     @classmethod
     def _tables(cls, value):
-        return _comma_separated(value)
-
-
-def _comma_separated(value) -> list[str]:
-    """Both `--flag a --flag b` and `--flag a,b`."""
-    if isinstance(value, str):
-        value = [value]
-    return [t.strip() for item in value or [] for t in str(item).split(",") if t.strip()]
+        return comma_separated(value)
 
 
 class VerifySettings(MigrateSettings):
@@ -213,7 +213,7 @@ class CutoverSettings(MigrateSettings, KafkaSettings, TopicPrefixSettings):
     @field_validator("fence_roles", mode="before")
     @classmethod
     def _roles(cls, value):
-        return _comma_separated(value)
+        return comma_separated(value)
 
 
 @migrate_app.command("cutover")
