@@ -13,6 +13,7 @@ from decimal import Decimal
 import pytest
 from elasticsearch import Elasticsearch
 
+from common.errors import BottlerError
 from materializers.search import indices
 from materializers.search.client import SearchClient
 from materializers.search.reader import LiveReader, ReaderOptions
@@ -195,3 +196,18 @@ def test_a_rebuild_without_a_live_reader_creates_the_alias_and_a_later_reader_co
     states = {row.index: row for row in status(client, alias, stack.kafka)}
     assert states[first.new].serving is False and states[second.new].serving is True
     assert states[second.new].lag == 0 and states[first.new].lag > 0
+
+
+def test_a_rebuild_stopped_before_the_swap_deletes_its_unfinished_index(
+        stack, source, prefix, start, alias, client):
+    execute(source, SHOP)
+    start()
+    wait_streaming(source, prefix)
+    first = reindex(client, alias, options(stack, prefix), max_lag=0, handover_timeout=0)
+    stopped = threading.Event()
+    stopped.set()  # as SIGTERM sets it, here before the rebuild could catch up
+    with pytest.raises(BottlerError, match="stopped before the swap"):
+        reindex(client, alias, options(stack, prefix), max_lag=0, abandon=stopped)
+    assert not client.exists(f"{alias}-2")
+    assert indices.alias_target(client, alias) == first.new
+    assert list(indices.versions(client, alias)) == [first.new]

@@ -154,7 +154,8 @@ def reindex(
     s.check_clients()
     run_reindex(client, name, reader_options, max_lag=s.max_lag, retention=s.retention,
                 keep_old=s.keep_old, handover_timeout=s.handover_timeout, timeout=s.timeout,
-                say=lambda line: console.print(line, highlight=False))
+                say=lambda line: console.print(line, highlight=False),
+                abandon=stop_on_signals())
 
 
 def _print_status(console, client, name: str, broker) -> None:

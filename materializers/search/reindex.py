@@ -50,7 +50,11 @@ class Reindexed:
 
 def reindex(client: SearchClient, alias: str, options: ReaderOptions, *, max_lag: int = 100,
             retention: float = 0.0, keep_old: bool = False, handover_timeout: float = 30.0,
-            timeout: float | None = None, say: Callable[[str], None] = log.info) -> Reindexed:
+            timeout: float | None = None, say: Callable[[str], None] = log.info,
+            abandon: threading.Event | None = None) -> Reindexed:
+    """Rebuild ``alias`` into a new physical index and swap. Should the rebuild fail, time out
+    or be abandoned (``abandon`` set, as SIGTERM does) before the swap, the new index, which
+    nothing has served, is deleted: the alias keeps serving the old one."""
     old = indices.alias_target(client, alias)
     new = indices.physical_name(alias, indices.next_version(client, alias))
     say(f"{alias}: rebuilding into {new} from offset 0"
@@ -67,10 +71,18 @@ def reindex(client: SearchClient, alias: str, options: ReaderOptions, *, max_lag
         except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
             failure.append(exc)
 
+    def finish_rebuild() -> None:  # its last batch flushed, its offsets stored with ``new``
+        stop.set()
+        thread.join()
+        sink.close()
+
     thread = threading.Thread(target=run, name=f"rebuild-{new}", daemon=True)
     thread.start()
     try:
         while not failure:
+            if abandon is not None and abandon.is_set():
+                raise BottlerError(f"the rebuild of {alias} was stopped before the swap",
+                                   f"run bottler reindex {alias} again")
             lag = loop.lag()
             known = [v for v in lag.values() if v is not None]
             if lag and len(known) == len(lag) and sum(known) <= max_lag:
@@ -83,12 +95,15 @@ def reindex(client: SearchClient, alias: str, options: ReaderOptions, *, max_lag
                 raise BottlerError(f"{new} is still {sum(known):,} messages behind after "
                                    f"{timeout:.0f} s", "raise --timeout or --max-lag")
             time.sleep(0.2)
-    finally:
-        stop.set()
-        thread.join()
-        sink.close()
-    if failure:
-        raise failure[0]
+        if failure:
+            raise failure[0]
+    except BaseException:
+        finish_rebuild()
+        indices.delete_index(client, new)
+        say(f"{alias}: unfinished {new} deleted; "
+            + (f"{old} still serves the alias" if old else "the alias was not created"))
+        raise
+    finish_rebuild()
     behind = sum(v or 0 for v in loop.lag().values())
     indices.swap(client, alias, old, new)
     rebuilt = time.monotonic() - started
@@ -108,7 +123,10 @@ def reindex(client: SearchClient, alias: str, options: ReaderOptions, *, max_lag
         return result
     if retention > 0:
         say(f"{alias}: deleting {old} in {retention:.0f} s")
-        time.sleep(retention)
+        if (abandon or threading.Event()).wait(retention):
+            say(f"{alias}: stopped: {old} kept, delete it with "
+                f"`curl -X DELETE <search>/{old}` once nothing reads it")
+            return result
     indices.delete_index(client, old)
     result.deleted = True
     say(f"{alias}: {old} deleted")
