@@ -80,6 +80,7 @@ class Window:
     request: Request
     codec: TableCodec
     rows: dict  # key (an index for unkeyed tables) -> value, in key order
+    at_risk: dict  # key -> Row, for values Kafka may refuse for their size (their dead letter)
     position: list[str] | int | None  # the request's position once the chunk is published
     last: bool  # the table's last chunk
     xmin: int
@@ -96,7 +97,8 @@ class Window:
 class IncrementalSnapshots:
     def __init__(self, dsn: str, slot: str, tables: Tables, publications: list[str],
                  progress: CaptureState | None, chunk_rows: int,
-                 data_error: Callable[[DataError], None]):
+                 data_error: Callable[[DataError], None],
+                 at_risk: Callable[[bytes | None, bytes | None], bool] = lambda k, v: False):
         self.dsn = dsn
         self.slot = slot
         self.tables = tables
@@ -104,6 +106,7 @@ class IncrementalSnapshots:
         self.progress = progress
         self.chunk_rows = chunk_rows
         self.data_error = data_error
+        self.at_risk = at_risk
         self.queue: list[Request] = []
         self.window: Window | None = None
         self.oids: frozenset[int] = frozenset()  # the tables to snapshot: changes are watched
@@ -225,7 +228,7 @@ class IncrementalSnapshots:
         if self.window is not None and self.window.request.oid == oid:
             self.window.rows.clear()
 
-    def watermark(self, content: bytes) -> list[tuple[str, bytes | None, bytes]]:
+    def watermark(self, content: bytes) -> list[tuple[str, bytes | None, bytes, Row | None]]:
         """A watermark from the stream: at a low one the window opens; at a high one the rows
         to publish now, in the watermark's transaction (committed(), then confirmed(), record
         the progress). Watermarks of other runs and captures are ignored."""
@@ -251,7 +254,7 @@ class IncrementalSnapshots:
             self._finish(r)
         else:
             self._closing.append((self._key(r), r.state()))
-        return [(w.codec.topic, None if isinstance(k, int) else k, v)
+        return [(w.codec.topic, None if isinstance(k, int) else k, v, w.at_risk.get(k))
                 for k, v in w.rows.items()]
 
     def committed(self, end_lsn: int) -> None:
@@ -288,6 +291,7 @@ class IncrementalSnapshots:
         codec = self.tables.codec_for(table)
         spec = codec.spec
         rows: dict = {}
+        at_risk: dict = {}
         if spec.key_columns:
             if request.position is None:
                 request.until = self._largest_key(conn, spec, table)
@@ -302,6 +306,8 @@ class IncrementalSnapshots:
                 try:
                     key = codec.key(values) if spec.key_columns else len(rows)
                     rows[key] = codec.value(values)
+                    if self.at_risk(None if isinstance(key, int) else key, rows[key]):
+                        at_risk[key] = Row.of(spec, tuple(values), "snapshot")
                 except DataError as error:
                     error.row = Row.of(spec, tuple(values), "snapshot")  # whole, for a dead letter
                     self.data_error(error)  # raises under --on-error=exit
@@ -310,8 +316,8 @@ class IncrementalSnapshots:
         if spec.key_columns:
             last = count < self.chunk_rows
         xmin, xmax, xip = snapshot.split(":")
-        return Window(window_id, request, codec, rows, position, last, int(xmin), int(xmax),
-                      frozenset(int(x) for x in xip.split(",") if x))
+        return Window(window_id, request, codec, rows, at_risk, position, last, int(xmin),
+                      int(xmax), frozenset(int(x) for x in xip.split(",") if x))
 
     def _key_range(self, spec, table: SourceTable, after: list[str] | None,
                    until: list[str] | None):

@@ -85,7 +85,8 @@ class Streamer:
         self._acked: deque[tuple[float, int]] = deque()  # (when acknowledged, LSN), in order
         # Tables re-published in chunks between the stream's transactions (new ones, requests).
         self.incremental = IncrementalSnapshots(dsn, slot, tables, publications, progress,
-                                                chunk_rows, publisher.data_error)
+                                                chunk_rows, publisher.data_error,
+                                                publisher.at_risk)
 
     def run(self, stop: threading.Event) -> None:
         conn = replication_connect(self.dsn)
@@ -344,8 +345,8 @@ class Streamer:
 
     def _message(self, m: pgoutput.Message) -> None:
         if m.prefix == WATERMARK_PREFIX and m.transactional:
-            for topic, key, value in self.incremental.watermark(m.content):
-                self._send(topic, key, value)
+            for topic, key, value, row in self.incremental.watermark(m.content):
+                self.publisher.send(topic, key, value, self._batch, row=row)
             return
         if m.prefix == SIGNAL_PREFIX and m.transactional:
             self.incremental.signal(m.content)

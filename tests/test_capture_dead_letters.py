@@ -107,6 +107,28 @@ def test_rows_over_the_size_limits_go_to_the_dead_letter_topic_and_the_stream_go
     assert row[2] == "streaming" and row[5] == f"{int(counted) + 2:,}", row
 
 
+def test_an_incremental_snapshots_oversized_row_is_dead_lettered_whole(stack, source, prefix,
+                                                                        start):
+    execute(source, "create table pages (id int primary key, body text)",
+            "insert into pages values (1, 'small')",
+            "insert into pages select 2, string_agg(md5(g::text), '') "
+            "from generate_series(1, 2000) g")  # 64 kB: over the topic's 20 kB
+    start(skip_snapshot=True, topic_config={"max.message.bytes": "20000"})
+    wait_streaming(source, prefix)
+    asked = subprocess.run([sys.executable, "-m", "bottler", "capture", "snapshot", "pages",
+                            "-d", source, "-s", prefix], capture_output=True, text=True,
+                           timeout=60, cwd=ROOT)
+    assert asked.returncode == 0, asked.stderr
+    assert [dict(k)["id"] for k in topic_state(stack, f"{prefix}.pages", 1)] == [1]
+    topic = f"{prefix}._bottler.capture-dead-letter"
+    [msg] = wait_for(lambda: read_topic(stack.kafka, topic), 30, "the dead letter")
+    letter = json.loads(msg.value())
+    assert (letter["table"], letter["op"], letter["key"]) == ("public.pages", "snapshot",
+                                                              {"id": "2"})
+    assert letter["columns"] == {"id": "2", "body": rows(source, "select body from pages "
+                                                         "where id = 2")[0][0]}
+
+
 def test_a_dead_letter_kafka_refuses_stops_the_capture_without_confirming_the_row(stack, prefix):
     admin = AdminClient({"bootstrap.servers": stack.kafka})
     table_topic = f"{prefix}.docs"

@@ -36,7 +36,7 @@ CHUNK_ROWS = 2_000  # 100 chunks
 
 # -- the window's rules, without a database -----------------------------------------------------
 def window(rows: dict, xmin=100, xmax=110, xip=(105,)) -> Window:
-    return Window("w", Request(1, "public.t"), None, dict(rows), None, False, xmin, xmax,
+    return Window("w", Request(1, "public.t"), None, dict(rows), {}, None, False, xmin, xmax,
                   frozenset(xip))
 
 
