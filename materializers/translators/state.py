@@ -10,7 +10,11 @@ changelog to its end. The state is not rebuilt from the input topics: compaction
 removed a row's earlier versions that the committed offsets still need.
 
 Changelog records: key ``<input topic>\\n<primary key as canonical JSON>``, value the input
-message's value bytes as read (Confluent-framed Avro), or a tombstone once the row is deleted.
+message's value bytes as read (Confluent-framed Avro), or a tombstone once the row is deleted;
+headers: ``bottler.lsn`` (the change's WAL position) and ``bottler.partition`` (the input
+partition the row is in). Instances of a translator sharing its group (one changelog) restore
+only the rows of the partitions they are given, at every assignment: the last instance to hold
+a partition wrote its rows last.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ Entry = tuple[bytes, "int | None"]
 """(the row's encoded value, ``b""`` for a deleted row; the WAL position of that change)."""
 DELETED = b""  # a deleted row: kept with its LSN, so a replayed older change is recognised
 LSN_HEADER = "bottler.lsn"
+PARTITION_HEADER = "bottler.partition"  # the input partition of the row (older records lack it)
 
 
 class KeyedState:
@@ -75,10 +80,13 @@ class KeyedState:
     def discard(self) -> None:
         self._staged.clear()
 
-    def restore(self, bootstrap: Connection, timeout: float = 300) -> int:
+    def restore(self, bootstrap: Connection, inputs: set[tuple[str, int]] | None = None,
+                timeout: float = 300) -> int:
         """Read the changelog (read_committed) from the beginning to its end; the number of
         records read. Call only once this translator's transactional producer is initialised:
-        then no transaction of ours is open and the end is the state of the committed offsets."""
+        then no transaction of ours is open and the end is the state of the committed offsets.
+        ``inputs``: keep only the rows of these input partitions (and records that do not
+        say theirs, written before records did)."""
         self._rows.clear()
         self._staged.clear()
         consumer = Consumer({
@@ -110,10 +118,15 @@ class KeyedState:
                         continue
                     raise KafkaException(error)
                 read += 1
+                headers = dict(msg.headers() or ())
+                if inputs is not None and PARTITION_HEADER in headers and (
+                        msg.key().split(b"\n", 1)[0].decode(),
+                        int(headers[PARTITION_HEADER])) not in inputs:
+                    continue
                 if msg.value() is None:
                     self._rows.pop(msg.key(), None)
                 else:
-                    lsn = next((v for k, v in msg.headers() or () if k == LSN_HEADER), None)
+                    lsn = headers.get(LSN_HEADER)
                     self._rows[msg.key()] = (msg.value(), int(lsn) if lsn else None)
         finally:
             consumer.close()
