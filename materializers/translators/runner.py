@@ -114,6 +114,7 @@ class TranslatorRunner:
         self.join_group = join_group
         self.instance_id = instance_id
         self._generation = 0  # assignments so far (a rebalance during a consume voids it)
+        self._held: set[TopicPartition] = set()  # as of the last assignment, state current
         self.translator = translator
         self.bootstrap = bootstrap
         self.registry = registry_client(registry)
@@ -217,8 +218,9 @@ class TranslatorRunner:
         self.tracker.revoke(self.tracker.partitions)
         self._watermarks.reset()
         if self.join_group:  # partitions and state come with each assignment
+            self._held = set()
             self._consumer.subscribe(self.inputs, on_assign=self._assigned_by_group,
-                                     on_revoke=self._revoked, on_lost=self._revoked)
+                                     on_revoke=self._revoked, on_lost=self._lost)
             log.info("%s: instance %s translating %s into %s, sharing the partitions in its "
                      "group", self.group_id, self.instance_id, ", ".join(self.inputs),
                      ", ".join(self.outputs.values()))
@@ -253,9 +255,14 @@ class TranslatorRunner:
             if tp.offset < 0:
                 tp.offset = OFFSET_BEGINNING
         keys = {(tp.topic, tp.partition) for tp in committed}
-        if self.translator.keep_previous:
-            self.state.restore(self.bootstrap, keys)
+        # The rows of partitions held before are ours, current; those of the partitions gained
+        # are read again: every live instance finished its transaction before this assignment,
+        # so only a killed one's open transaction can hold the changelog's stable end back, and
+        # it started after that instance's last committed rows.
+        if self.translator.keep_previous and (gained := keys - self._held):
+            self.state.restore(self.bootstrap, gained, merge=True)
             metrics.STATE_ROWS.labels(self.group_id).set(len(self.state))
+        self._held = keys
         consumer.assign(committed)
         start = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in committed}
         self._position = dict(start)
@@ -273,6 +280,13 @@ class TranslatorRunner:
         self.tracker.revoke(keys)
         for key in keys:
             self._position.pop(key, None)
+
+    def _lost(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
+        """Partitions taken away without a revoke (this instance was out of the group for too
+        long): another instance may have translated them since, so their state is read again
+        should they come back."""
+        self._revoked(consumer, partitions)
+        self._held -= {(tp.topic, tp.partition) for tp in partitions}
 
     def _wait_for_inputs(self, admin: AdminClient, stop: threading.Event,
                          deadline: float | None) -> list[TopicPartition] | None:

@@ -12,9 +12,10 @@ removed a row's earlier versions that the committed offsets still need.
 Changelog records: key ``<input topic>\\n<primary key as canonical JSON>``, value the input
 message's value bytes as read (Confluent-framed Avro), or a tombstone once the row is deleted;
 headers: ``bottler.lsn`` (the change's WAL position) and ``bottler.partition`` (the input
-partition the row is in). Instances of a translator sharing its group (one changelog) restore
-only the rows of the partitions they are given, at every assignment: the last instance to hold
-a partition wrote its rows last.
+partition the row is in). Instances of a translator sharing its group (one changelog) read the
+rows of the partitions they gain at each assignment over what they hold (``merge``): the last
+instance to hold a partition wrote its rows last, and every key's latest record is in the
+changelog (a deleted row's too), so what is read replaces whatever older row was kept.
 """
 
 from __future__ import annotations
@@ -81,13 +82,14 @@ class KeyedState:
         self._staged.clear()
 
     def restore(self, bootstrap: Connection, inputs: set[tuple[str, int]] | None = None,
-                timeout: float = 300) -> int:
+                merge: bool = False, timeout: float = 300) -> int:
         """Read the changelog (read_committed) from the beginning to its end; the number of
         records read. Call only once this translator's transactional producer is initialised:
         then no transaction of ours is open and the end is the state of the committed offsets.
         ``inputs``: keep only the rows of these input partitions (and records that do not
-        say theirs, written before records did)."""
-        self._rows.clear()
+        say theirs, written before records did); ``merge``: over the rows held, not afresh."""
+        if not merge:
+            self._rows.clear()
         self._staged.clear()
         consumer = Consumer({
             **client_config(bootstrap), "group.id": f"bottler-restore-{uuid.uuid4().hex}",
