@@ -139,6 +139,7 @@ class StackResetSettings(StackSettings):
 
 class StackUpSettings(StackSettings):
     app: list[str] = []
+    instances: list[str] = []  # VIEW=N
     all: bool = False
     demo: bool = False
     postgres_port: int | None = Field(
@@ -220,6 +221,10 @@ def stack_up(
         "warehouse, translator, load); remembered."),
     all: bool = option("--all", default=False, help="Run every part of the appliance."),
     demo: bool = option("--demo", default=False, help="Seed the demo shop (before the apps)."),
+    instances: list[str] | None = option(
+        "--instances", help="VIEW=N: run the replica, search or translator as N instances "
+        "sharing the topics' partitions in one consumer group (replica, replica-2, …); "
+        "repeatable; remembered [default: 1 each]"),
     config: Path | None = options.Config,
 ) -> None:
     """Start PostgreSQL, the broker (Kafka + search APIs) and the registry, and the apps;
@@ -230,12 +235,24 @@ def stack_up(
              "search_metrics", "warehouse_metrics", "translator_metrics", "load_metrics")
     ports = {name: getattr(s, f"{name}_port") for name in names}
     stack = _stack(s.dir, ports)
-    outcome = stack.up(stack.APPS if s.all else tuple(s.app), demo=s.demo)
+    outcome = stack.up(stack.APPS if s.all else tuple(s.app), demo=s.demo,
+                       instances=_instances(s.instances))
     _print_stack(stack, outcome)
     out.print(f"Endpoints are in [bold]{stack.env_file}[/]; load them with "
               f"[bold]. {_relative(stack.env_file)}[/]")
     for key, value in stack.endpoints.env().items():
         out.print(f"  {key}={redact(value)}")
+
+
+def _instances(given: list[str]) -> dict[str, int]:
+    """``--instances replica=2`` as ``{"replica": 2}``."""
+    counts = {}
+    for item in given:
+        view, _, count = item.partition("=")
+        if not count.strip().isdigit():
+            raise BottlerError(f"--instances {item}: expected VIEW=N", "say replica=2")
+        counts[view.strip()] = int(count)
+    return counts
 
 
 @stack_app.command("down")

@@ -148,9 +148,12 @@ def registry(root: Path, port: int, kafka_port: int) -> Service:
 
 
 def _app(root: Path, name: str, command: list[str], env: dict[str, str],
-         metrics_port: int) -> Service:
+         metrics_port: int, instance: str | None = None) -> Service:
     """A `bottler` command run as a stack app: ready once its Prometheus endpoint answers;
-    endpoints and secrets come through ``env``."""
+    endpoints and secrets come through ``env``. ``instance``: one of several instances of a
+    view sharing its consumer group, under this name (its process name and --instance-id)."""
+    if instance is not None:
+        name, command = instance, [*command, "--join-group", "--instance-id", instance]
     return Service(
         name=name,
         argv=[sys.executable, "-m", "bottler", *command, "--metrics-port", str(metrics_port)],
@@ -171,15 +174,17 @@ def capture(root: Path, env: dict[str, str], metrics_port: int) -> Service:
                 metrics_port)
 
 
-def replica(root: Path, env: dict[str, str], metrics_port: int) -> Service:
+def replica(root: Path, env: dict[str, str], metrics_port: int,
+            instance: str | None = None) -> Service:
     """The target-Postgres replica of the captured topics (database `replica` of the stack)."""
-    return _app(root, "replica", ["materialize", "postgres"], env, metrics_port)
+    return _app(root, "replica", ["materialize", "postgres"], env, metrics_port, instance)
 
 
-def search(root: Path, env: dict[str, str], metrics_port: int) -> Service:
+def search(root: Path, env: dict[str, str], metrics_port: int,
+           instance: str | None = None) -> Service:
     """The live search index of the demo shop's products and orders (alias ``shop``)."""
     return _app(root, "search", ["materialize", "search", "--index", "shop", "--topic",
-                                 "products", "--topic", "orders"], env, metrics_port)
+                                 "products", "--topic", "orders"], env, metrics_port, instance)
 
 
 def warehouse(root: Path, env: dict[str, str], metrics_port: int) -> Service:
@@ -188,9 +193,10 @@ def warehouse(root: Path, env: dict[str, str], metrics_port: int) -> Service:
                 env, metrics_port)
 
 
-def translator(root: Path, env: dict[str, str], metrics_port: int) -> Service:
+def translator(root: Path, env: dict[str, str], metrics_port: int,
+               instance: str | None = None) -> Service:
     """The demo shop's orders as business events (topic ``order-events``)."""
-    return _app(root, "translator", ["translate", "orders"], env, metrics_port)
+    return _app(root, "translator", ["translate", "orders"], env, metrics_port, instance)
 
 
 def load(root: Path, env: dict[str, str], metrics_port: int) -> Service:

@@ -60,6 +60,9 @@ class Stack:
 
     ORDER = ("postgres", "broker", "registry")
     APPS = ("capture", "replica", "search", "warehouse", "translator", "load")
+    # views that run as several instances in one consumer group (`up --instances replica=2`):
+    # processes replica, replica-2, …, each with --join-group --instance-id <its name>
+    SCALABLE = ("replica", "search", "translator")
 
     def __init__(self, root: Path, ports: dict[str, int | None] | None = None):
         """``ports`` overrides some of the ports the stack last used (or the defaults)."""
@@ -69,6 +72,8 @@ class Stack:
         state = self._load_state()
         self.password = state.get("pg_password") or secrets.token_urlsafe(18)
         self.apps: list[str] = state.get("apps", [])
+        self.instances: dict[str, int] = state.get("instances", {})  # app -> count, if not 1
+        self.instance_ports: dict[str, int] = state.get("instance_ports", {})  # their metrics
         saved = Ports(**state["ports"]) if "ports" in state else Ports()
         self.ports = replace(saved, **{k: v for k, v in (ports or {}).items() if v})
         if self.ports != saved and state and self.running():
@@ -91,12 +96,29 @@ class Stack:
         return services.registry(self.root, self.ports.registry, self.ports.kafka)
 
     def metrics_port(self, app: str) -> int:
-        """The Prometheus port of an app (the capture's is ``ports.metrics``)."""
+        """The Prometheus port of an app (the capture's is ``ports.metrics``), or of an app's
+        second, third… instance (a free port, remembered)."""
+        if app in self.instance_ports:
+            return self.instance_ports[app]
         return self.ports.metrics if app == "capture" else getattr(self.ports, f"{app}_metrics")
 
     def metrics_urls(self) -> dict[str, str]:
-        """``app -> its Prometheus endpoint`` for the apps the stack runs, in start order."""
-        return {app: f"http://127.0.0.1:{self.metrics_port(app)}/metrics" for app in self.apps}
+        """``process -> its Prometheus endpoint`` for the processes the stack runs, in start
+        order."""
+        return {name: f"http://127.0.0.1:{self.metrics_port(name)}/metrics"
+                for name in self.processes()}
+
+    def processes(self, apps: list[str] | tuple[str, ...] | None = None) -> list[str]:
+        """The processes of ``apps`` (default: the stack's), in start order: an app, then its
+        other instances."""
+        return [name for app in (self.apps if apps is None else apps)
+                for name in [app, *(f"{app}-{i}"
+                                    for i in range(2, self.instances.get(app, 1) + 1))]]
+
+    def _instance_of(self, name: str) -> tuple[str, int] | None:
+        """(app, instance number) of a process name such as ``replica-2``; None otherwise."""
+        app, _, number = name.rpartition("-")
+        return (app, int(number)) if app in self.SCALABLE and number.isdigit() else None
 
     def views(self) -> list[tuple[str, str]]:
         """What the running apps build, and where to look at it."""
@@ -114,7 +136,7 @@ class Stack:
         return out
 
     def part(self, name: str):
-        if name in self.APPS:
+        if name in self.APPS or self._instance_of(name):
             return self._app(name)
         if name not in self.ORDER:
             choices = ", ".join(self.ORDER + self.APPS)
@@ -123,11 +145,18 @@ class Stack:
 
     def _app(self, name: str) -> services.Service:
         """An appliance process, built by its namesake in ``services`` with the stack's
-        endpoints (the replica also gets its target database) and its metrics port."""
+        endpoints (the replica also gets its target database) and its metrics port; an
+        instance of an app that runs several joins the app's consumer group under its name."""
+        app = (self._instance_of(name) or (name,))[0]
         env = self.endpoints.env()
-        if name == "replica":
+        if app == "replica":
             env["BOTTLER_TARGET_DSN"] = self.postgres.dsn(REPLICA_DB)
-        return getattr(services, name)(self.root, env, self.metrics_port(name))
+        if app == "capture" and self.instances:  # partitions to share (new topics only)
+            env["BOTTLER_PARTITIONS"] = str(max(self.instances.values()))
+        build = getattr(services, app)
+        if app in self.SCALABLE and (name != app or self.instances.get(app, 1) > 1):
+            return build(self.root, env, self.metrics_port(name), instance=name)
+        return build(self.root, env, self.metrics_port(name))
 
     @property
     def endpoints(self) -> Endpoints:
@@ -141,7 +170,7 @@ class Stack:
     # -- lifecycle -------------------------------------------------------------------------
     def status(self) -> dict[str, int | None]:
         """PID of each running service (and enabled app), None for a stopped one."""
-        names = self.ORDER + tuple(self.apps)
+        names = self.ORDER + tuple(self.processes())
         if not self.root.exists():
             return dict.fromkeys(names)
         return {name: self.part(name).running_pid() for name in names}
@@ -149,7 +178,7 @@ class Stack:
     def supervision(self) -> dict[str, State]:
         """How each running process fares under its supervisor: its own PID, its restarts and
         its last failure."""
-        names = self.ORDER + tuple(self.apps)
+        names = self.ORDER + tuple(self.processes())
         found = {n: self.part(n).supervision() for n in names if n != "postgres"}
         return {name: state for name, state in found.items() if state is not None}
 
@@ -161,13 +190,16 @@ class Stack:
         """The `bottler stack up` under way, so that `down` can interrupt it."""
         return PidFile(self.root / "run" / "up.pid", "stack up")
 
-    def up(self, apps: tuple[str, ...] = (), demo: bool = False) -> dict[str, str]:
+    def up(self, apps: tuple[str, ...] = (), demo: bool = False,
+           instances: dict[str, int] | None = None) -> dict[str, str]:
         """Start whatever is not running: the services, then (seeding the demo shop first if
-        asked) the apps asked for now and those enabled before. Says what happened to each."""
+        asked) the apps asked for now and those enabled before, each with the number of
+        ``instances`` asked for now or before (default 1). Says what happened to each."""
         unknown = set(apps) - set(self.APPS)
         if unknown:
             raise BottlerError(f"unknown app {', '.join(sorted(unknown))}",
                                f"choose among {', '.join(self.APPS)}")
+        self._set_instances(instances or {})
         self.apps = [a for a in self.APPS if a in apps or a in self.apps]
         self.root.mkdir(parents=True, exist_ok=True)
         self.root.chmod(0o755)  # the postgres system user must traverse it when we are root
@@ -178,9 +210,31 @@ class Stack:
             self._write_env()
             if demo:  # before the apps, so the capture's snapshot has the shop
                 seed(self.endpoints.pg_dsn)
-            return outcome | self._start(tuple(self.apps))
+            return outcome | self._start(tuple(self.processes()))
         finally:
             self._starter.clear()
+
+    def _set_instances(self, wanted: dict[str, int]) -> None:
+        """Take the instance counts asked for; a running app keeps the count it runs with."""
+        for app, count in wanted.items():
+            if app not in self.SCALABLE or count < 1:
+                raise BottlerError(f"cannot run {app} as {count} instance(s)",
+                                   f"give VIEW=N with N >= 1 for one of "
+                                   f"{', '.join(self.SCALABLE)}")
+            had = self.instances.get(app, 1)
+            if count != had and self.root.exists() and any(
+                    self.part(n).running_pid() for n in self.processes([app])):
+                raise BottlerError(
+                    f"{app} is running as {had} instance(s)",
+                    f"stop the stack first (`bottler stack down`), then `bottler stack up "
+                    f"--instances {app}={count}`")
+            if count == 1:
+                self.instances.pop(app, None)
+            else:
+                self.instances[app] = count
+        for name in self.processes(self.SCALABLE):
+            if name not in self.SCALABLE and name not in self.instance_ports:
+                self.instance_ports[name] = free_port()
 
     def _start(self, names: tuple[str, ...]) -> dict[str, str]:
         outcome = {}
@@ -217,7 +271,7 @@ class Stack:
             terminate(starter)
             self._starter.clear()
             outcome["stack up"] = "interrupted"
-        for name in reversed(self.ORDER + self.APPS):
+        for name in reversed(self.ORDER + tuple(self._every_process())):
             part = self.part(name)
             was_running = part.running_pid() is not None
             left = part.stop()
@@ -225,6 +279,17 @@ class Stack:
             if left:
                 outcome[name] += f" ({left} leftover process{'es' if left > 1 else ''} ended)"
         return outcome
+
+    def _every_process(self) -> list[str]:
+        """Every app's processes: its instances now and those a PID file remains of."""
+        run = self.root / "run"
+        left = {p.stem for p in run.glob("*-*.pid")} if run.exists() else set()
+        names = []
+        for app in self.APPS:
+            names += self.processes([app])
+            names += sorted((n for n in left if (self._instance_of(n) or ("",))[0] == app
+                             and n not in names), key=lambda n: self._instance_of(n)[1])
+        return names
 
     def restart(self, name: str) -> None:
         part = self.part(name)
@@ -239,6 +304,11 @@ class Stack:
 
     # -- state -----------------------------------------------------------------------------
     def _check_port(self, name: str) -> None:
+        if name in self.instance_ports:
+            if not port_is_free(port := self.instance_ports[name]):
+                self.instance_ports[name] = free_port()  # chosen by us: another will do
+                self._save_state()
+            return
         port_name = {"broker": ("kafka", "search"), "capture": ("metrics",)}.get(
             name, (f"{name}_metrics",) if name in self.APPS else (name,))
         for pn in port_name:
@@ -265,7 +335,8 @@ class Stack:
             ) from None
 
     def _save_state(self) -> None:
-        state = {"ports": asdict(self.ports), "pg_password": self.password, "apps": self.apps}
+        state = {"ports": asdict(self.ports), "pg_password": self.password, "apps": self.apps,
+                 "instances": self.instances, "instance_ports": self.instance_ports}
         self.state_file.write_text(json.dumps(state, indent=2) + "\n")
         self.state_file.chmod(0o600)  # holds the database password
 

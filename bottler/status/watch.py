@@ -49,7 +49,7 @@ def stack_target(root: Path) -> Target:
     def stopped() -> dict[str, str]:
         pids, supervision = stack.status(), stack.supervision()
         down = {}
-        for app in stack.apps:
+        for app in stack.processes():
             log = stack.part(app).log
             if pids.get(app) is None:
                 down[app] = f"not running (log: {log})"
@@ -59,7 +59,7 @@ def stack_target(root: Path) -> Target:
         return down
 
     def restarts() -> dict[str, Restarts]:
-        return {app: r for app, r in supervised(stack).items() if app in stack.apps}
+        return {app: r for app, r in supervised(stack).items() if app in stack.processes()}
 
     return Target(f"stack {stack.root}", stack.endpoints.pg_dsn, stack.endpoints.kafka,
                   stack.metrics_urls(), stopped, restarts)

@@ -20,6 +20,8 @@ class TranslateSettings(options.ViewSettings, MetricsSettings):
     group_id: str | None = None
     batch_size: int = Field(500, ge=1)
     once: bool = False
+    join_group: bool = False
+    instance_id: str | None = None
 
 
 def translate(
@@ -41,6 +43,8 @@ def translate(
     batch_size: int | None = options.batch_size(500, "Input messages per transaction (at "
                                                 "most)."),
     once: bool = options.once(),
+    join_group: bool = options.join_group(),
+    instance_id: str | None = options.instance_id(),
     metrics_port: int | None = options.MetricsPort,
     metrics_host: str | None = options.MetricsHost,
     config: Path | None = options.Config,
@@ -57,7 +61,7 @@ def translate(
     runner = TranslatorRunner(
         translator, bootstrap=s.kafka, registry=s.schema_registry, topic_prefix=s.topic_prefix,
         output_prefix=s.output_prefix, group_id=s.group_id, on_poison=s.on_poison,
-        batch_size=s.batch_size,
+        batch_size=s.batch_size, join_group=s.join_group, instance_id=s.instance_id,
     )
     stop = stop_on_signals()
     try:

@@ -8,8 +8,15 @@ restarted runner's ``init_transactions`` aborts (same ``transactional.id``), and
 resumes from the offsets committed with the last committed batch, with the state as of then.
 A broker error that aborts a transaction rewinds to the batch's start and tries again.
 
-One process per group id: its ``transactional.id`` is the group id, which fences off any
-other (zombie) process of the same translator.
+One process per group id by default: its ``transactional.id`` is the group id, which fences
+off any other (zombie) process of the same translator. With ``join_group`` the process is one
+instance of several in the consumer group, sharing the input partitions (eager rebalances);
+its ``transactional.id`` is ``<group id>.<instance id>`` (a restart under the same instance id
+fences and aborts what its predecessor left open). A rebalance happens between two transactions
+(the callbacks run inside ``consume``), so nothing is half done when partitions move; a consume
+during which the assignment changed is void. Each assigned partition resumes from the offsets
+committed with the last transaction that consumed it, with the keyed state of its keys read
+again from the changelog (another instance may have moved them since).
 
 From the core: the poison policy (its dead letters go through the batch's transaction), the
 watermark reads (a broker restart is a pause) and the replay of an input that lost its log end
@@ -19,6 +26,7 @@ translator sees row changes, never truncate events, so it has no barriers to fol
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -43,11 +51,18 @@ from materializers.core import metrics as core_metrics
 from materializers.core.changes import TopicPartition, table_of
 from materializers.core.decode import DecodeError, Decoder
 from materializers.core.lag import LagTracker
+from materializers.core.loop import GROUP_SETTINGS
 from materializers.core.poison import DeadLetters, PoisonPolicy
 from materializers.translators import metrics
 from materializers.translators.api import RowChange, Source, Translator
 from materializers.translators.encoding import EncodeError, EventEncoder
-from materializers.translators.state import DELETED, LSN_HEADER, KeyedState, state_key
+from materializers.translators.state import (
+    DELETED,
+    LSN_HEADER,
+    PARTITION_HEADER,
+    KeyedState,
+    state_key,
+)
 from schemas.topics import CONTROL, DEAD_LETTER, with_prefix
 
 log = logging.getLogger(__name__)
@@ -86,7 +101,20 @@ class TranslatorRunner:
         transaction_timeout_ms: int = 60_000,
         consumer_config: dict[str, Any] | None = None,
         producer_config: dict[str, Any] | None = None,
+        join_group: bool = False,
+        instance_id: str | None = None,
     ):
+        if join_group and not instance_id:
+            # an anonymous instance's open transaction would block readers until the broker
+            # times it out (the embedded broker never does): only a restart under the same
+            # transactional id ends it
+            raise BottlerError("a translator sharing its group (--join-group) needs an "
+                               "--instance-id", "give each instance a stable name, e.g. "
+                               "--instance-id orders-1, and restart it under that name")
+        self.join_group = join_group
+        self.instance_id = instance_id
+        self._generation = 0  # assignments so far (a rebalance during a consume voids it)
+        self._held: set[TopicPartition] = set()  # as of the last assignment, state current
         self.translator = translator
         self.bootstrap = bootstrap
         self.registry = registry_client(registry)
@@ -117,11 +145,14 @@ class TranslatorRunner:
             "enable.partition.eof": False,
             "error_cb": self._client_error,
             **BACKLOG_READER,
+            # several instances: static membership (see materializers/core/loop.py)
+            **({**GROUP_SETTINGS, "group.instance.id": instance_id, "client.id": instance_id}
+               if join_group else {}),
             **(consumer_config or {}),
         }
         self._producer_config = {
             **client_config(bootstrap),
-            "transactional.id": self.group_id,
+            "transactional.id": f"{self.group_id}.{instance_id}" if join_group else self.group_id,
             "enable.idempotence": True,
             "acks": "all",
             "partitioner": "murmur2_random",  # Java's: the events of a key in one partition
@@ -183,10 +214,20 @@ class TranslatorRunner:
         # First the producer: initialising it fences any predecessor and aborts its open
         # transaction, so what the changelog and the committed offsets hold is final.
         self._new_producer()
+        self._consumer = Consumer(self._consumer_config)
+        self.tracker.revoke(self.tracker.partitions)
+        self._watermarks.reset()
+        if self.join_group:  # partitions and state come with each assignment
+            self._held = set()
+            self._consumer.subscribe(self.inputs, on_assign=self._assigned_by_group,
+                                     on_revoke=self._revoked, on_lost=self._lost)
+            log.info("%s: instance %s translating %s into %s, sharing the partitions in its "
+                     "group", self.group_id, self.instance_id, ", ".join(self.inputs),
+                     ", ".join(self.outputs.values()))
+            return True
         if self.translator.keep_previous:
             self.state.restore(self.bootstrap)
             metrics.STATE_ROWS.labels(self.group_id).set(len(self.state))
-        self._consumer = Consumer(self._consumer_config)
         # Partitions are assigned by hand, at the offsets committed with the last transaction
         # (none yet: the beginning): no group rebalance to wait for after a kill.
         committed = self._consumer.committed(
@@ -197,13 +238,55 @@ class TranslatorRunner:
         self._consumer.assign(committed)
         start = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in committed}
         self._position = dict(start)
-        self.tracker.revoke(self.tracker.partitions)
         self.tracker.assign(start)
-        self._watermarks.reset()
         log.info("%s: translating %s into %s from %s", self.group_id, ", ".join(self.inputs),
                  ", ".join(self.outputs.values()),
                  ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(start.items())))
         return True
+
+    def _assigned_by_group(self, consumer: Consumer,
+                           partitions: list[KafkaTopicPartition]) -> None:
+        """A rebalance gave this instance ``partitions`` (all it holds: eager). The instance
+        that held them before committed its last transaction before giving them up (or, killed,
+        had it aborted by its restart): the committed offsets and the changelog are final."""
+        self._generation += 1
+        committed = consumer.committed(partitions, timeout=30) if partitions else []
+        for tp in committed:
+            if tp.offset < 0:
+                tp.offset = OFFSET_BEGINNING
+        keys = {(tp.topic, tp.partition) for tp in committed}
+        # The rows of partitions held before are ours, current; those of the partitions gained
+        # are read again: every live instance finished its transaction before this assignment,
+        # so only a killed one's open transaction can hold the changelog's stable end back, and
+        # it started after that instance's last committed rows.
+        if self.translator.keep_previous and (gained := keys - self._held):
+            self.state.restore(self.bootstrap, gained, merge=True)
+            metrics.STATE_ROWS.labels(self.group_id).set(len(self.state))
+        self._held = keys
+        consumer.assign(committed)
+        start = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in committed}
+        self._position = dict(start)
+        self.tracker.revoke(self.tracker.partitions)
+        self.tracker.assign(start)
+        self._watermarks.reset()
+        log.info("%s: holds %s", self.instance_id, ", ".join(
+            f"{t}[{p}]@{o}" for (t, p), o in sorted(start.items())) or "no partition")
+
+    def _revoked(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
+        """Partitions go to another instance: between two transactions (callbacks run inside
+        ``consume``), so everything translated of them is committed already."""
+        self._generation += 1
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        self.tracker.revoke(keys)
+        for key in keys:
+            self._position.pop(key, None)
+
+    def _lost(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
+        """Partitions taken away without a revoke (this instance was out of the group for too
+        long): another instance may have translated them since, so their state is read again
+        should they come back."""
+        self._revoked(consumer, partitions)
+        self._held -= {(tp.topic, tp.partition) for tp in partitions}
 
     def _wait_for_inputs(self, admin: AdminClient, stop: threading.Event,
                          deadline: float | None) -> list[TopicPartition] | None:
@@ -259,7 +342,12 @@ class TranslatorRunner:
         """One batch: consume, then translate and commit it in one transaction."""
         assert self._consumer is not None, "run() opens the consumer"
         messages = []
-        for msg in self._consumer.consume(self.batch_size, self.batch_timeout):
+        generation = self._generation
+        consumed = self._consumer.consume(self.batch_size, self.batch_timeout)
+        if generation != self._generation:  # a rebalance within the consume: void
+            self._refetch(consumed)
+            consumed = []
+        for msg in consumed:
             error = msg.error()
             if error is None:
                 messages.append(msg)
@@ -271,6 +359,15 @@ class TranslatorRunner:
             self._transact(messages)
         self._refresh_watermarks(force=len(messages) < self.batch_size)
         self.tracker.check()
+
+    def _refetch(self, messages: list[Message]) -> None:
+        """Messages of a consume during which the assignment changed may come from before it:
+        the partitions held now that they came from are read again from our positions."""
+        for tp in {(m.topic(), m.partition()) for m in messages if m.error() is None}:
+            if tp in self._position:
+                # not fetching yet (KafkaException): it starts at the assigned offset, ours
+                with contextlib.suppress(KafkaException):
+                    self._consumer.seek(KafkaTopicPartition(*tp, self._position[tp]))
 
     def _new_producer(self) -> None:
         if self._producer is not None:
@@ -379,9 +476,9 @@ class TranslatorRunner:
             entry = (DELETED if row is None else msg.value(), source.lsn)
             if entry != (previous, previous_lsn):
                 self.state.stage(skey, entry)
-                self._produce(self.changelog, skey, entry[0],
-                              None if source.lsn is None else
-                              [(LSN_HEADER, str(source.lsn).encode())])
+                self._produce(self.changelog, skey, entry[0], [
+                    (PARTITION_HEADER, str(msg.partition()).encode()),
+                    *(() if source.lsn is None else [(LSN_HEADER, str(source.lsn).encode())])])
         else:
             op = "delete" if row is None else ("upsert" if key is not None else "insert")
         writer = vschema if vschema is not None else kschema
@@ -435,8 +532,9 @@ class TranslatorRunner:
             return
         gone: set[str] = set()
         marks = watermarks.read(self._consumer, self.tracker.partitions, self.group_id, gone)
+        # in a group, the group's own rebalance takes a deleted topic's partitions away
         for tp in watermarks.drop_vanished(self._consumer, gone, list(self._position),
-                                           self.group_id):
+                                           self.group_id, unassign=not self.join_group):
             self._position.pop(tp, None)
             self.tracker.revoke([tp])
         if marks is None:  # the broker restarting: the lag waits for it

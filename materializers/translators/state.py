@@ -10,7 +10,12 @@ changelog to its end. The state is not rebuilt from the input topics: compaction
 removed a row's earlier versions that the committed offsets still need.
 
 Changelog records: key ``<input topic>\\n<primary key as canonical JSON>``, value the input
-message's value bytes as read (Confluent-framed Avro), or a tombstone once the row is deleted.
+message's value bytes as read (Confluent-framed Avro), or a tombstone once the row is deleted;
+headers: ``bottler.lsn`` (the change's WAL position) and ``bottler.partition`` (the input
+partition the row is in). Instances of a translator sharing its group (one changelog) read the
+rows of the partitions they gain at each assignment over what they hold (``merge``): the last
+instance to hold a partition wrote its rows last, and every key's latest record is in the
+changelog (a deleted row's too), so what is read replaces whatever older row was kept.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ Entry = tuple[bytes, "int | None"]
 """(the row's encoded value, ``b""`` for a deleted row; the WAL position of that change)."""
 DELETED = b""  # a deleted row: kept with its LSN, so a replayed older change is recognised
 LSN_HEADER = "bottler.lsn"
+PARTITION_HEADER = "bottler.partition"  # the input partition of the row (older records lack it)
 
 
 class KeyedState:
@@ -75,11 +81,15 @@ class KeyedState:
     def discard(self) -> None:
         self._staged.clear()
 
-    def restore(self, bootstrap: Connection, timeout: float = 300) -> int:
+    def restore(self, bootstrap: Connection, inputs: set[tuple[str, int]] | None = None,
+                merge: bool = False, timeout: float = 300) -> int:
         """Read the changelog (read_committed) from the beginning to its end; the number of
         records read. Call only once this translator's transactional producer is initialised:
-        then no transaction of ours is open and the end is the state of the committed offsets."""
-        self._rows.clear()
+        then no transaction of ours is open and the end is the state of the committed offsets.
+        ``inputs``: keep only the rows of these input partitions (and records that do not
+        say theirs, written before records did); ``merge``: over the rows held, not afresh."""
+        if not merge:
+            self._rows.clear()
         self._staged.clear()
         consumer = Consumer({
             **client_config(bootstrap), "group.id": f"bottler-restore-{uuid.uuid4().hex}",
@@ -110,10 +120,15 @@ class KeyedState:
                         continue
                     raise KafkaException(error)
                 read += 1
+                headers = dict(msg.headers() or ())
+                if inputs is not None and PARTITION_HEADER in headers and (
+                        msg.key().split(b"\n", 1)[0].decode(),
+                        int(headers[PARTITION_HEADER])) not in inputs:
+                    continue
                 if msg.value() is None:
                     self._rows.pop(msg.key(), None)
                 else:
-                    lsn = next((v for k, v in msg.headers() or () if k == LSN_HEADER), None)
+                    lsn = headers.get(LSN_HEADER)
                     self._rows[msg.key()] = (msg.value(), int(lsn) if lsn else None)
         finally:
             consumer.close()

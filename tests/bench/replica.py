@@ -313,10 +313,15 @@ def _rebuild_by(env, target, table, rows, n, cpu_roots) -> Figure:
     if count != rows:
         raise RuntimeError(f"the replica's {table} holds {count:,} rows, not {rows:,}")
     elapsed = ended - started
+    # when each instance was first given partitions: the group's join (and, with several,
+    # the rebalance as the next one joins) is part of the time
+    joined = [min((t for t, line in proc.lines if " holds " in line), default=ended) - started
+              for proc in procs]
     return Figure(
         f"replica rebuild of a {PARTITIONS}-partition topic, {n} instance(s)", rows / elapsed,
         "rows/s",
         notes=[f"{rows:,} rows in {elapsed:.1f} s from the first start to the last exit "
-               f"(--join-group --once, one consumer group); replica CPU {used:.1f} s = "
-               f"{used / rows * 1000:.3f} s per 1k rows; target row count checked", servers],
+               f"(--join-group --once, one consumer group; first partitions at "
+               f"{', '.join(f'{j:.1f}' for j in sorted(joined))} s); replica CPU {used:.1f} s"
+               f" = {used / rows * 1000:.4f} s per 1k rows; target row count checked", servers],
     )
