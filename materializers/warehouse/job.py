@@ -26,12 +26,14 @@ as the core reads them (a broker restart is a pause: the batch finds nothing new
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import pickle
 import shutil
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -49,7 +51,7 @@ from materializers.core.changes import Change, TopicPartition, table_of
 from materializers.core.decode import DecodeError
 from materializers.core.poison import DeadLetters
 from materializers.core.sink import Sink
-from materializers.warehouse import jvm, kafka, staging
+from materializers.warehouse import jvm, kafka, staging, stream
 from materializers.warehouse.delta import DeltaWriter, writer_for
 from materializers.warehouse.sink import DeltaSink
 from materializers.warehouse.source import NAME, KafkaRanges, decoder, option_value, read_range
@@ -57,6 +59,9 @@ from schemas.topics import DEAD_LETTER, TRUNCATE, table_topics, with_prefix
 
 log = logging.getLogger(__name__)
 
+# The driver's JVM (executors too, in local mode) starts in about half the time with C1 only
+# and the serial collector; its own work is small (the Python workers decode and stage).
+JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto"
 STAGING = "_bottler_staging"  # under the warehouse: each batch's staged rows, removed after it
 
 
@@ -72,14 +77,24 @@ def spark_session(master: str = "local[2]", app: str = "bottler-warehouse"):
     builder = (SparkSession.builder.master(master).appName(app)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.sql.shuffle.partitions", "2")
                .config("spark.driver.memory", "2g")
+               .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
                .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
     spark = jvm.start(builder)
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(KafkaRanges)
     spark.dataSource.register(staging.StageSink)
     return spark
+
+
+def discover(consumer: Consumer, is_table_topic, truncate_topic: str) -> list[TopicPartition]:
+    """The partitions the job reads: its table topics' and the truncate topic's (run by the
+    driver and by the stream's planner, stream.py)."""
+    metadata = consumer.list_topics(timeout=10)
+    return sorted((topic, p) for topic, meta in metadata.topics.items()
+                  if topic == truncate_topic or is_table_topic(topic)
+                  for p in meta.partitions)
 
 
 @dataclass
@@ -130,36 +145,75 @@ class WarehouseJob:
 
     def run_until_caught_up(self) -> BatchResult:
         """Batches until every partition reached the high watermark it had at the start: a
-        warehouse load. Returns the totals."""
-        marks = self._watermarks(self._partitions())
-        while marks is None:  # the broker restarting
-            time.sleep(1.0)
-            marks = self._watermarks(self._partitions())
-        target = {tp: high for tp, (_, high) in marks.items()}
+        warehouse load, a Structured Streaming query with ``trigger(availableNow=True)``.
+        Returns the totals."""
+        return self._stream({"availableNow": True})
+
+    def run(self, stop: threading.Event, interval: float = 1.0) -> BatchResult:
+        """Micro-batches until ``stop`` is set: a query with a processing-time trigger every
+        ``interval`` seconds (a trigger with nothing new runs no batch)."""
+        return self._stream({"processingTime": f"{interval} seconds"}, stop)
+
+    def _stream(self, trigger: dict, stop: threading.Event | None = None) -> BatchResult:
+        """The query (stream.py): its source's offsets start where the tables stand, and
+        ``foreachBatch`` runs :meth:`batch` up to each batch's end offsets."""
+        partitions = self._partitions()
+        while self._watermarks(partitions) is None:  # the broker restarting: wait for it
+            if (stop or threading.Event()).wait(1.0):
+                return BatchResult()
+            partitions = self._partitions()
+        self._known(partitions)
+        start = {stream.key(tp): self._positions[tp] for tp in partitions}
+        source = stream.source(functools.partial(discover, is_table_topic=self._is_table_topic,
+                                                 truncate_topic=self.truncate_topic))
+        self.spark.dataSource.register(source)
+        checkpoint = Path(tempfile.mkdtemp(prefix="bottler-warehouse-checkpoint-"))
         total = BatchResult()
-        while True:
-            result = self.batch()
+        failure: list[BaseException] = []
+
+        def each(_frame: Any, batch_id: int) -> None:
+            try:
+                result = self.batch(stream.batch_ends(checkpoint, batch_id))
+            except BaseException as exc:
+                failure.append(exc)
+                raise
             for name in ("messages", "changes", "truncates", "dead_letters"):
                 setattr(total, name, getattr(total, name) + getattr(result, name))
             total.offsets = result.offsets
-            if all(result.offsets.get(tp, 0) >= high for tp, high in target.items()):
-                return total
 
-    def run(self, stop: threading.Event, interval: float = 1.0) -> None:
-        """Micro-batches until ``stop`` is set; waits ``interval`` when there was nothing new."""
-        while not stop.is_set():
-            result = self.batch()
-            if not result.messages and not result.truncates and not result.capped:
-                stop.wait(interval)
+        query = (self.spark.readStream.format(source.name())
+                 .option("bootstrap", option_value(self.bootstrap))
+                 .option("start", json.dumps(start)).option("max", str(self.max_messages))
+                 .load().writeStream.foreachBatch(each)
+                 .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())
+        try:
+            if stop is None:
+                query.awaitTermination()
+            else:
+                while query.isActive and not stop.wait(0.2):
+                    pass
+        except Exception:
+            if failure:
+                raise failure[0] from None
+            raise
+        finally:
+            if query.isActive:
+                query.stop()
+            shutil.rmtree(checkpoint, ignore_errors=True)
+        if failure:
+            raise failure[0]
+        if query.exception() is not None:
+            raise RuntimeError(f"{self.name}: the streaming query failed: {query.exception()}")
+        return total
 
     # -- one batch -----------------------------------------------------------------------
 
-    def batch(self) -> BatchResult:
+    def batch(self, ends: dict[TopicPartition, int] | None = None) -> BatchResult:
+        """One micro-batch, up to ``ends`` (the stream's end offsets; default: the high
+        watermarks, at most ``max_messages`` offsets per partition)."""
         started = time.monotonic()
         partitions = self._partitions()
-        new = [tp for tp in partitions if tp not in self._positions]
-        if new:  # at the start, and for topics created since: where their tables stand
-            self._positions.update({tp: 0 for tp in new} | self.sink.stored_offsets(new))
+        self._known(partitions)
         start = {tp: self._positions[tp] for tp in partitions}
         marks = self._watermarks(partitions)
         if marks is None:  # the broker restarting: nothing new this time
@@ -175,8 +229,8 @@ class WarehouseJob:
         ranges = []
         for tp, h in high.items():
             begin = start.get(tp, 0)
-            end = max(begin, h)
-            if end - begin > self.max_messages:
+            end = max(begin, h if ends is None else min(h, ends.get(tp, begin)))
+            if ends is None and end - begin > self.max_messages:
                 end, result.capped = begin + self.max_messages, True
             offsets[tp] = end
             result.messages += end - begin
@@ -224,10 +278,12 @@ class WarehouseJob:
         return result
 
     def _partitions(self) -> list[TopicPartition]:
-        metadata = self._consumer.list_topics(timeout=10)
-        return sorted((topic, p) for topic, meta in metadata.topics.items()
-                      if topic == self.truncate_topic or self._is_table_topic(topic)
-                      for p in meta.partitions)
+        return discover(self._consumer, self._is_table_topic, self.truncate_topic)
+
+    def _known(self, partitions: list[TopicPartition]) -> None:
+        new = [tp for tp in partitions if tp not in self._positions]
+        if new:  # at the start, and for topics created since: where their tables stand
+            self._positions.update({tp: 0 for tp in new} | self.sink.stored_offsets(new))
 
     def _watermarks(self, partitions: Iterable[TopicPartition]) -> watermarks.Watermarks | None:
         return watermarks.read(self._consumer, partitions, self.name)
