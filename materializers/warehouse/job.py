@@ -171,7 +171,12 @@ class WarehouseJob:
         total = BatchResult()
         failure: list[BaseException] = []
 
+        started = time.monotonic()
+
         def each(_frame: Any, batch_id: int) -> None:
+            if batch_id == 0:
+                log.info("%s: streaming query's first batch %.1f s after its start", self.name,
+                         time.monotonic() - started)
             try:
                 result = self.batch(stream.batch_ends(checkpoint, batch_id))
             except BaseException as exc:
@@ -237,6 +242,8 @@ class WarehouseJob:
             ranges += [[tp[0], tp[1], lo, min(lo + self.chunk, end)]
                        for lo in range(begin, end, self.chunk)]
         stage_dir = self._staging() if ranges else None
+        spark_started = time.monotonic()
+        delta_s = 0.0
         try:
             if stage_dir is not None:  # the Delta tables: the executors stage, delta-rs streams
                 staged = self._stage(ranges, stage_dir, result)
@@ -244,6 +251,7 @@ class WarehouseJob:
             else:  # nothing to read, or a sink taking changes (the core's reference sink)
                 staged, changes = None, self._read(ranges, result) if ranges else []
                 rows = len(changes)
+            spark_s = time.monotonic() - spark_started
             moved_any = any(start.get(tp) != o for tp, o in offsets.items())
             if truncates or rows or moved_any:
                 try:
@@ -251,6 +259,7 @@ class WarehouseJob:
                 except BaseException:
                     self._positions.clear()  # where the tables stand is read again
                     raise
+                delta_s = time.monotonic() - spark_started - spark_s
                 self._positions.update(offsets)
                 metrics.count_changes(self.name, applied)
                 for table in (staged.tables.values() if staged else ()):
@@ -271,9 +280,9 @@ class WarehouseJob:
         if result.messages or truncates:
             took = time.monotonic() - started
             log.info("%s: %d messages (%.0f/s), %d changes after the per-key dedupe, %d truncates,"
-                     " %d dead letters in %.1f s; offsets %s", self.name, result.messages,
-                     result.messages / max(took, 1e-6), changes_count, len(truncates),
-                     result.dead_letters, took,
+                     " %d dead letters in %.1f s (Spark %.1f s, Delta %.1f s); offsets %s",
+                     self.name, result.messages, result.messages / max(took, 1e-6),
+                     changes_count, len(truncates), result.dead_letters, took, spark_s, delta_s,
                      ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(offsets.items())))
         return result
 
