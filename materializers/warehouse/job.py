@@ -266,6 +266,7 @@ class WarehouseJob:
                     metrics.CHANGES.labels(self.name, "upsert").inc(table.source.upserts)
                     metrics.CHANGES.labels(self.name, "delete").inc(table.source.deletes)
                 metrics.BATCHES.labels(self.name).inc()
+                metrics.BATCH_SECONDS.labels(self.name).observe(time.monotonic() - started)
         finally:
             if stage_dir is not None:
                 shutil.rmtree(stage_dir, ignore_errors=True)
