@@ -1,23 +1,26 @@
 """The warehouse load: a PySpark job merging the table topics into Delta tables.
 
-Per micro-batch, on the driver:
+The micro-batches are a Structured Streaming query (stream.py): ``--once`` with
+``trigger(availableNow=True)``, the continuous job with a processing-time trigger; its source
+gives each batch's end offsets (a trigger with nothing new runs no batch, no Spark job) and
+``foreachBatch`` runs :meth:`WarehouseJob.batch` up to them. Per micro-batch, on the driver:
 
 1. the table topics (``--topic``, or every topic under the prefix) and their partitions; where
    each starts: the offsets the Delta tables recorded (:meth:`DeltaSink.stored_offsets`);
 2. the truncate control topic's new events, read here (a handful): each moves its table
    topic's partitions to the truncate's barrier, and a partition whose log lost its end is
    read again from the start (both as the consumer loop does: materializers/core/positions.py);
-3. the offset ranges up to the high watermarks (at most ``max_messages`` per partition), cut
-   into Spark partitions of ``chunk`` offsets;
+3. the offset ranges up to the batch's end offsets, cut into Spark partitions of ``chunk``
+   offsets;
 
 then Spark reads and decodes the ranges in parallel (source.py, or Spark's Kafka connector where
-its jars are: kafka.py) and keeps the last event per key by (partition, offset) — a window over
-the key; the executors stage the survivors as Parquet (staging.py), and the driver hands each
+its jars are: kafka.py) and keeps the last event per key by (partition, offset) — each range's
+read keeps its own, a window over the key when a partition spans several ranges; the executors
+stage the survivors as Parquet (staging.py), and the driver hands each
 table's files, read as a stream, after the batch's truncates, to the :class:`DeltaSink` with the
 offsets the ranges end at: one Delta commit per table, its offsets in it (sink.py). No row
 passes through the driver's Python heap. So the MERGE, the truncates and the offsets have one
-implementation, shared with the consumer loop's path. A batch with nothing new (the watermarks
-say so) runs no Spark job.
+implementation, shared with the consumer loop's path.
 
 Poison messages (undecodable, or refused by the sink) go to ``<prefix>._bottler.dead-letter``
 or stop the job, by the core's poison policy (materializers/core/poison.py); watermarks are read
@@ -170,7 +173,6 @@ class WarehouseJob:
         checkpoint = Path(tempfile.mkdtemp(prefix="bottler-warehouse-checkpoint-"))
         total = BatchResult()
         failure: list[BaseException] = []
-
         started = time.monotonic()
 
         def each(_frame: Any, batch_id: int) -> None:
@@ -228,7 +230,8 @@ class WarehouseJob:
                                      self.truncate_topic):
             start[tp] = 0
         result = BatchResult()
-        truncates, moved = self._truncates(start, high, result)
+        upto = high if ends is None else {tp: min(h, ends.get(tp, h)) for tp, h in high.items()}
+        truncates, moved = self._truncates(start, upto, result)
         high = {tp: h for tp, h in high.items() if tp[0] != self.truncate_topic}
         offsets = dict(moved)
         ranges = []
