@@ -107,6 +107,7 @@ class BatchResult:
     truncates: int = 0
     dead_letters: int = 0
     capped: bool = False  # a partition had more than max_messages to read
+    unknown: bool = False  # the watermarks could not be read (the broker restarting)
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
 
 
@@ -179,8 +180,15 @@ class WarehouseJob:
             if batch_id == 0:
                 log.info("%s: streaming query's first batch %.1f s after its start", self.name,
                          time.monotonic() - started)
+            ends = stream.batch_ends(checkpoint, batch_id)
             try:
-                result = self.batch(stream.batch_ends(checkpoint, batch_id))
+                result = self.batch(ends)
+                # the broker restarting (no watermarks): the batch is done again once it answers,
+                # or the stream, its offsets moved past the tables', would not ask for it again
+                while result.unknown:
+                    if (stop or threading.Event()).wait(1.0):
+                        break
+                    result = self.batch(ends)
             except BaseException as exc:
                 failure.append(exc)
                 raise
@@ -224,7 +232,7 @@ class WarehouseJob:
         start = {tp: self._positions[tp] for tp in partitions}
         marks = self._watermarks(partitions)
         if marks is None:  # the broker restarting: nothing new this time
-            return BatchResult(offsets=start)
+            return BatchResult(offsets=start, unknown=True)
         high = {tp: h for tp, (_, h) in marks.items()}
         for tp in positions.replayed(self.name, positions.lost_ends(start, high), start,
                                      self.truncate_topic):
