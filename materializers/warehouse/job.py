@@ -65,6 +65,7 @@ log = logging.getLogger(__name__)
 # The driver's JVM (executors too, in local mode) starts in about half the time with C1 only
 # and the serial collector; its own work is small (the Python workers decode and stage).
 JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto"
+STOP_TIMEOUT = "10000"  # ms a stopped query waits for its batch (atomic commits, or replayed)
 STAGING = "_bottler_staging"  # under the warehouse: each batch's staged rows, removed after it
 
 
@@ -83,6 +84,7 @@ def spark_session(master: str = "local[2]", app: str = "bottler-warehouse"):
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.driver.memory", "2g")
                .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
+               .config("spark.sql.streaming.stopTimeout", STOP_TIMEOUT)
                .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
     spark = jvm.start(builder)
     spark.sparkContext.setLogLevel("ERROR")
@@ -213,7 +215,12 @@ class WarehouseJob:
             raise
         finally:
             if query.isActive:
-                query.stop()
+                try:
+                    query.stop()
+                except Exception as exc:  # noqa: BLE001 - a batch still running past the timeout
+                    log.warning("%s: the streaming query did not stop within %s ms: %s; its "
+                                "batch ends with the JVM (replayed at the next start)", self.name,
+                                STOP_TIMEOUT, str(exc).splitlines()[0])
             shutil.rmtree(checkpoint, ignore_errors=True)
         if failure:
             raise failure[0]
