@@ -185,6 +185,67 @@ def test_an_idle_trigger_runs_no_spark_job_and_costs_next_to_nothing(spark, stac
     assert not list((tmp_path / "warehouse" / "_bottler_staging").glob("*"))
 
 
+def test_the_streaming_query_idles_without_spark_jobs_and_resumes_from_delta(spark, stack,
+                                                                            tmp_path):
+    """The continuous job (a processing-time trigger): once caught up, its triggers find the
+    offsets unmoved and run no batch and no Spark job; a new message is loaded; a new query
+    on the same warehouse starts where the Delta tables stand (nothing read twice)."""
+    import threading
+
+    from tests.core_loops import Topic
+
+    topic = Topic(stack)
+    for i in range(10):
+        topic.put(i, f"v{i}")
+    topic.producer.flush(30)
+    root = tmp_path / "warehouse"
+    table = root / "public" / "t"
+    offset = f"bottler:{topic.name}:0"
+
+    def version(at_least: int) -> bool:
+        delta = open_table(table)
+        return delta is not None and (delta.transaction_version(offset) or 0) >= at_least
+
+    job = WarehouseJob(spark, str(root), bootstrap=stack.kafka, registry=stack.registry_url,
+                       prefix=topic.prefix)
+    stop = threading.Event()
+    done: list = []
+    runner = threading.Thread(target=lambda: done.append(job.run(stop, interval=0.1)))
+    runner.start()
+    try:
+        wait_until(lambda: version(10), 120, "the first 10 messages in Delta")
+        tracker = spark.sparkContext.statusTracker()
+        jobs = set(tracker.getJobIdsForGroup())
+        commits = open_table(table).version()
+        time.sleep(1.5)  # some 15 triggers with nothing new
+        assert set(tracker.getJobIdsForGroup()) == jobs, "an idle trigger ran a Spark job"
+        assert open_table(table).version() == commits
+        topic.put(3, "three again")
+        topic.producer.flush(30)
+        wait_until(lambda: version(11), 60, "the 11th message in Delta")
+    finally:
+        stop.set()
+        runner.join(60)
+        job.close()
+    assert done and done[0].messages == 11 and not runner.is_alive()
+    again = WarehouseJob(spark, str(root), bootstrap=stack.kafka, registry=stack.registry_url,
+                         prefix=topic.prefix)
+    try:
+        versions = open_table(table).version()
+        assert again.run_until_caught_up().messages == 0  # started where Delta stands
+        assert open_table(table).version() == versions
+    finally:
+        again.close()
+
+
+def wait_until(check, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
 def test_the_kafka_connector_route_decodes_as_the_data_source_does(spark, stack):
     """Where Spark's Kafka connector is (the Docker image), its rows are decoded by the same
     function in a UDF: fed the connector's columns, it gives the ``bottler_kafka`` rows."""

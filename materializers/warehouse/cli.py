@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 
 import typer
@@ -65,11 +66,13 @@ def materialize_warehouse(
     options.serve_metrics(s.metrics_port, s.metrics_host)
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    started = time.monotonic()
     try:
         spark = spark_session(s.master)
     except jvm.Stopped as stopped:
         log.info("warehouse %s", stopped)
         return
+    log.info("warehouse: Spark started in %.1f s", time.monotonic() - started)
     job = WarehouseJob(spark, str(path), bootstrap=s.kafka, registry=s.schema_registry,
                        prefix=s.topic_prefix, topics=s.topics or None, on_poison=s.on_poison,
                        max_messages=s.max_messages)

@@ -1,23 +1,26 @@
 """The warehouse load: a PySpark job merging the table topics into Delta tables.
 
-Per micro-batch, on the driver:
+The micro-batches are a Structured Streaming query (stream.py): ``--once`` with
+``trigger(availableNow=True)``, the continuous job with a processing-time trigger; its source
+gives each batch's end offsets (a trigger with nothing new runs no batch, no Spark job) and
+``foreachBatch`` runs :meth:`WarehouseJob.batch` up to them. Per micro-batch, on the driver:
 
 1. the table topics (``--topic``, or every topic under the prefix) and their partitions; where
    each starts: the offsets the Delta tables recorded (:meth:`DeltaSink.stored_offsets`);
 2. the truncate control topic's new events, read here (a handful): each moves its table
    topic's partitions to the truncate's barrier, and a partition whose log lost its end is
    read again from the start (both as the consumer loop does: materializers/core/positions.py);
-3. the offset ranges up to the high watermarks (at most ``max_messages`` per partition), cut
-   into Spark partitions of ``chunk`` offsets;
+3. the offset ranges up to the batch's end offsets, cut into Spark partitions of ``chunk``
+   offsets;
 
 then Spark reads and decodes the ranges in parallel (source.py, or Spark's Kafka connector where
-its jars are: kafka.py) and keeps the last event per key by (partition, offset) — a window over
-the key; the executors stage the survivors as Parquet (staging.py), and the driver hands each
+its jars are: kafka.py) and keeps the last event per key by (partition, offset) — each range's
+read keeps its own, a window over the key when a partition spans several ranges; the executors
+stage the survivors as Parquet (staging.py), and the driver hands each
 table's files, read as a stream, after the batch's truncates, to the :class:`DeltaSink` with the
 offsets the ranges end at: one Delta commit per table, its offsets in it (sink.py). No row
 passes through the driver's Python heap. So the MERGE, the truncates and the offsets have one
-implementation, shared with the consumer loop's path. A batch with nothing new (the watermarks
-say so) runs no Spark job.
+implementation, shared with the consumer loop's path.
 
 Poison messages (undecodable, or refused by the sink) go to ``<prefix>._bottler.dead-letter``
 or stop the job, by the core's poison policy (materializers/core/poison.py); watermarks are read
@@ -26,12 +29,14 @@ as the core reads them (a broker restart is a pause: the batch finds nothing new
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import pickle
 import shutil
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -49,7 +54,7 @@ from materializers.core.changes import Change, TopicPartition, table_of
 from materializers.core.decode import DecodeError
 from materializers.core.poison import DeadLetters
 from materializers.core.sink import Sink
-from materializers.warehouse import jvm, kafka, staging
+from materializers.warehouse import jvm, kafka, staging, stream
 from materializers.warehouse.delta import DeltaWriter, writer_for
 from materializers.warehouse.sink import DeltaSink
 from materializers.warehouse.source import NAME, KafkaRanges, decoder, option_value, read_range
@@ -57,6 +62,10 @@ from schemas.topics import DEAD_LETTER, TRUNCATE, table_topics, with_prefix
 
 log = logging.getLogger(__name__)
 
+# The driver's JVM (executors too, in local mode) starts in about half the time with C1 only
+# and the serial collector; its own work is small (the Python workers decode and stage).
+JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto"
+STOP_TIMEOUT = "10000"  # ms a stopped query waits for its batch (atomic commits, or replayed)
 STAGING = "_bottler_staging"  # under the warehouse: each batch's staged rows, removed after it
 
 
@@ -72,14 +81,25 @@ def spark_session(master: str = "local[2]", app: str = "bottler-warehouse"):
     builder = (SparkSession.builder.master(master).appName(app)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.sql.shuffle.partitions", "2")
                .config("spark.driver.memory", "2g")
+               .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
+               .config("spark.sql.streaming.stopTimeout", STOP_TIMEOUT)
                .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
     spark = jvm.start(builder)
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(KafkaRanges)
     spark.dataSource.register(staging.StageSink)
     return spark
+
+
+def discover(consumer: Consumer, is_table_topic, truncate_topic: str) -> list[TopicPartition]:
+    """The partitions the job reads: its table topics' and the truncate topic's (run by the
+    driver and by the stream's planner, stream.py)."""
+    metadata = consumer.list_topics(timeout=10)
+    return sorted((topic, p) for topic, meta in metadata.topics.items()
+                  if topic == truncate_topic or is_table_topic(topic)
+                  for p in meta.partitions)
 
 
 @dataclass
@@ -89,6 +109,7 @@ class BatchResult:
     truncates: int = 0
     dead_letters: int = 0
     capped: bool = False  # a partition had more than max_messages to read
+    unknown: bool = False  # the watermarks could not be read (the broker restarting)
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
 
 
@@ -130,59 +151,117 @@ class WarehouseJob:
 
     def run_until_caught_up(self) -> BatchResult:
         """Batches until every partition reached the high watermark it had at the start: a
-        warehouse load. Returns the totals."""
-        marks = self._watermarks(self._partitions())
-        while marks is None:  # the broker restarting
-            time.sleep(1.0)
-            marks = self._watermarks(self._partitions())
-        target = {tp: high for tp, (_, high) in marks.items()}
+        warehouse load, a Structured Streaming query with ``trigger(availableNow=True)``.
+        Returns the totals."""
+        return self._stream({"availableNow": True})
+
+    def run(self, stop: threading.Event, interval: float = 1.0) -> BatchResult:
+        """Micro-batches until ``stop`` is set: a query with a processing-time trigger every
+        ``interval`` seconds (a trigger with nothing new runs no batch)."""
+        return self._stream({"processingTime": f"{interval} seconds"}, stop)
+
+    def _stream(self, trigger: dict, stop: threading.Event | None = None) -> BatchResult:
+        """The query (stream.py): its source's offsets start where the tables stand, and
+        ``foreachBatch`` runs :meth:`batch` up to each batch's end offsets."""
+        partitions = self._partitions()
+        while self._watermarks(partitions) is None:  # the broker restarting: wait for it
+            if (stop or threading.Event()).wait(1.0):
+                return BatchResult()
+            partitions = self._partitions()
+        self._known(partitions)
+        start = {stream.key(tp): self._positions[tp] for tp in partitions}
+        source = stream.source(functools.partial(discover, is_table_topic=self._is_table_topic,
+                                                 truncate_topic=self.truncate_topic))
+        self.spark.dataSource.register(source)
+        checkpoint = Path(tempfile.mkdtemp(prefix="bottler-warehouse-checkpoint-"))
         total = BatchResult()
-        while True:
-            result = self.batch()
+        failure: list[BaseException] = []
+        started = time.monotonic()
+
+        def each(_frame: Any, batch_id: int) -> None:
+            if batch_id == 0:
+                log.info("%s: streaming query's first batch %.1f s after its start", self.name,
+                         time.monotonic() - started)
+            ends = stream.batch_ends(checkpoint, batch_id)
+            try:
+                result = self.batch(ends)
+                # the broker restarting (no watermarks): the batch is done again once it answers,
+                # or the stream, its offsets moved past the tables', would not ask for it again
+                while result.unknown:
+                    if (stop or threading.Event()).wait(1.0):
+                        break
+                    result = self.batch(ends)
+            except BaseException as exc:
+                failure.append(exc)
+                raise
             for name in ("messages", "changes", "truncates", "dead_letters"):
                 setattr(total, name, getattr(total, name) + getattr(result, name))
             total.offsets = result.offsets
-            if all(result.offsets.get(tp, 0) >= high for tp, high in target.items()):
-                return total
 
-    def run(self, stop: threading.Event, interval: float = 1.0) -> None:
-        """Micro-batches until ``stop`` is set; waits ``interval`` when there was nothing new."""
-        while not stop.is_set():
-            result = self.batch()
-            if not result.messages and not result.truncates and not result.capped:
-                stop.wait(interval)
+        query = (self.spark.readStream.format(source.name())
+                 .option("bootstrap", option_value(self.bootstrap))
+                 .option("start", json.dumps(start)).option("max", str(self.max_messages))
+                 .load().writeStream.foreachBatch(each)
+                 .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())
+        try:
+            if stop is None:
+                query.awaitTermination()
+            else:
+                while query.isActive and not stop.wait(0.2):
+                    pass
+        except Exception:
+            if failure:
+                raise failure[0] from None
+            raise
+        finally:
+            if query.isActive:
+                try:
+                    query.stop()
+                except Exception as exc:  # noqa: BLE001 - a batch still running past the timeout
+                    log.warning("%s: the streaming query did not stop within %s ms: %s; its "
+                                "batch ends with the JVM (replayed at the next start)", self.name,
+                                STOP_TIMEOUT, str(exc).splitlines()[0])
+            shutil.rmtree(checkpoint, ignore_errors=True)
+        if failure:
+            raise failure[0]
+        if query.exception() is not None:
+            raise RuntimeError(f"{self.name}: the streaming query failed: {query.exception()}")
+        return total
 
     # -- one batch -----------------------------------------------------------------------
 
-    def batch(self) -> BatchResult:
+    def batch(self, ends: dict[TopicPartition, int] | None = None) -> BatchResult:
+        """One micro-batch, up to ``ends`` (the stream's end offsets; default: the high
+        watermarks, at most ``max_messages`` offsets per partition)."""
         started = time.monotonic()
         partitions = self._partitions()
-        new = [tp for tp in partitions if tp not in self._positions]
-        if new:  # at the start, and for topics created since: where their tables stand
-            self._positions.update({tp: 0 for tp in new} | self.sink.stored_offsets(new))
+        self._known(partitions)
         start = {tp: self._positions[tp] for tp in partitions}
         marks = self._watermarks(partitions)
         if marks is None:  # the broker restarting: nothing new this time
-            return BatchResult(offsets=start)
+            return BatchResult(offsets=start, unknown=True)
         high = {tp: h for tp, (_, h) in marks.items()}
         for tp in positions.replayed(self.name, positions.lost_ends(start, high), start,
                                      self.truncate_topic):
             start[tp] = 0
         result = BatchResult()
-        truncates, moved = self._truncates(start, high, result)
+        upto = high if ends is None else {tp: min(h, ends.get(tp, h)) for tp, h in high.items()}
+        truncates, moved = self._truncates(start, upto, result)
         high = {tp: h for tp, h in high.items() if tp[0] != self.truncate_topic}
         offsets = dict(moved)
         ranges = []
         for tp, h in high.items():
             begin = start.get(tp, 0)
-            end = max(begin, h)
-            if end - begin > self.max_messages:
+            end = max(begin, h if ends is None else min(h, ends.get(tp, begin)))
+            if ends is None and end - begin > self.max_messages:
                 end, result.capped = begin + self.max_messages, True
             offsets[tp] = end
             result.messages += end - begin
             ranges += [[tp[0], tp[1], lo, min(lo + self.chunk, end)]
                        for lo in range(begin, end, self.chunk)]
         stage_dir = self._staging() if ranges else None
+        spark_started = time.monotonic()
+        delta_s = 0.0
         try:
             if stage_dir is not None:  # the Delta tables: the executors stage, delta-rs streams
                 staged = self._stage(ranges, stage_dir, result)
@@ -190,6 +269,7 @@ class WarehouseJob:
             else:  # nothing to read, or a sink taking changes (the core's reference sink)
                 staged, changes = None, self._read(ranges, result) if ranges else []
                 rows = len(changes)
+            spark_s = time.monotonic() - spark_started
             moved_any = any(start.get(tp) != o for tp, o in offsets.items())
             if truncates or rows or moved_any:
                 try:
@@ -197,12 +277,14 @@ class WarehouseJob:
                 except BaseException:
                     self._positions.clear()  # where the tables stand is read again
                     raise
+                delta_s = time.monotonic() - spark_started - spark_s
                 self._positions.update(offsets)
                 metrics.count_changes(self.name, applied)
                 for table in (staged.tables.values() if staged else ()):
                     metrics.CHANGES.labels(self.name, "upsert").inc(table.source.upserts)
                     metrics.CHANGES.labels(self.name, "delete").inc(table.source.deletes)
                 metrics.BATCHES.labels(self.name).inc()
+                metrics.BATCH_SECONDS.labels(self.name).observe(time.monotonic() - started)
         finally:
             if stage_dir is not None:
                 shutil.rmtree(stage_dir, ignore_errors=True)
@@ -217,17 +299,19 @@ class WarehouseJob:
         if result.messages or truncates:
             took = time.monotonic() - started
             log.info("%s: %d messages (%.0f/s), %d changes after the per-key dedupe, %d truncates,"
-                     " %d dead letters in %.1f s; offsets %s", self.name, result.messages,
-                     result.messages / max(took, 1e-6), changes_count, len(truncates),
-                     result.dead_letters, took,
+                     " %d dead letters in %.1f s (Spark %.1f s, Delta %.1f s); offsets %s",
+                     self.name, result.messages, result.messages / max(took, 1e-6),
+                     changes_count, len(truncates), result.dead_letters, took, spark_s, delta_s,
                      ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(offsets.items())))
         return result
 
     def _partitions(self) -> list[TopicPartition]:
-        metadata = self._consumer.list_topics(timeout=10)
-        return sorted((topic, p) for topic, meta in metadata.topics.items()
-                      if topic == self.truncate_topic or self._is_table_topic(topic)
-                      for p in meta.partitions)
+        return discover(self._consumer, self._is_table_topic, self.truncate_topic)
+
+    def _known(self, partitions: list[TopicPartition]) -> None:
+        new = [tp for tp in partitions if tp not in self._positions]
+        if new:  # at the start, and for topics created since: where their tables stand
+            self._positions.update({tp: 0 for tp in new} | self.sink.stored_offsets(new))
 
     def _watermarks(self, partitions: Iterable[TopicPartition]) -> watermarks.Watermarks | None:
         return watermarks.read(self._consumer, partitions, self.name)
@@ -270,6 +354,8 @@ class WarehouseJob:
             frame = (self.spark.read.format(NAME).option("bootstrap", option_value(self.bootstrap))
                      .option("registry", option_value(self.registry))
                      .option("ranges", json.dumps(ranges)).load())
+            if len({(r[0], r[1]) for r in ranges}) == len(ranges):
+                return frame  # one range per partition: each read kept its keys' last events
         last = Window.partitionBy("topic", "identity").orderBy(
             F.col("partition").desc(), F.col("offset").desc())
         return frame.withColumn("_rank", F.row_number().over(last)).where("_rank = 1") \

@@ -2,11 +2,12 @@
 Spark's own Kafka connector cannot be used here, so every Spark partition reads one offset
 range with confluent-kafka and decodes it through the schema registry, in the executors.
 
-Rows: ``topic, partition, offset, timestamp, op`` (``upsert``, ``delete``, or ``poison`` for a
-message that does not decode), ``identity`` (the key as canonical JSON; ``@partition:offset``
-for an unkeyed row, which has no key; ``!partition:offset`` for a poison message), the writer
-schema ids, ``payload`` (the decoded ``(key, value)`` pickled: Decimals, bytes and nested
-records pass through unchanged) and ``error`` (why a poison message did not decode).
+Rows, the last event of each key in the range: ``topic, partition, offset, timestamp, op``
+(``upsert``, ``delete``, or ``poison`` for a message that does not decode), ``identity`` (the key
+as canonical JSON; ``@partition:offset`` for an unkeyed row, which has no key;
+``!partition:offset`` for a poison message), the writer schema ids, ``payload`` (the decoded
+``(key, value)`` pickled: Decimals, bytes and nested records pass through unchanged) and
+``error`` (why a poison message did not decode).
 
 Options: ``bootstrap``, ``registry``, ``ranges`` (JSON ``[[topic, partition, start, end], …]``,
 end exclusive, at most the high watermark when planned).
@@ -141,10 +142,17 @@ class RangeReader(DataSourceReader):
         return self.ranges
 
     def read(self, partition: OffsetRange) -> Iterator[tuple]:
+        """The range's rows, the last event of each key only: every event of a key is in one
+        partition, so a range that covers its topic-partition's part of the batch leaves the
+        job no dedupe to do (job.py skips its window then)."""
         decode = decoder(self.registry)
+        last: dict[str, tuple] = {}
         for msg in read_range(self.bootstrap, partition.topic, partition.partition,
                               partition.start, partition.end):
-            yield decoded_row(msg, decode)
+            row = decoded_row(msg, decode)
+            last.pop(row[5], None)  # identity: the key's last event goes last
+            last[row[5]] = row
+        yield from last.values()
 
 
 class KafkaRanges(DataSource):

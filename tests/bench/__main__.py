@@ -36,7 +36,8 @@ from tests.bench.search import search
 from tests.bench.snapshot import DEFAULT_WORKERS, snapshot
 from tests.bench.stream import StreamBench
 from tests.bench.translator import translator
-from tests.bench.warehouse import warehouse
+from tests.bench.warehouse import warehouse, warehouse_rss
+from tests.bench.warehouse_load import warehouse_load
 
 ROWS = 1_000_000  # rows of ~100 B per decode, stream and snapshot measurement
 TRANSACTIONS = 1  # transactions the ROWS rows are inserted in
@@ -73,6 +74,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="sample the capture with py-spy into DIR (see tests/bench/pyspy.py)")
     parser.add_argument("--replica-only", action="store_true",
                         help="only the target-Postgres replica's figures (and their ceiling)")
+    parser.add_argument("--warehouse-only", action="store_true",
+                        help="only the warehouse's figures (the Spark job on the stack, the "
+                             "MERGE against an append, the driver's RSS)")
     parser.add_argument("--migration-only", action="store_true",
                         help="only the migration figures: the initial copy against pg_dump | "
                              "psql, the cutover's downtime, the verify rate")
@@ -94,6 +98,8 @@ def main(argv: list[str] | None = None) -> None:
 
         if args.replica_only:
             figures += _replica(ep, env, SNAPSHOT_TABLE, rows, cpu_roots, args.profile)
+        elif args.warehouse_only:
+            figures += warehouse_load(ep, env, SNAPSHOT_TABLE, rows, say=say)
         elif args.migration_only:
             figures += migration(ep.pg_dsn, ep.kafka, env, SNAPSHOT_TABLE, rows, cpu_roots)
         else:
@@ -103,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
             # last on this table: its lag run inserts more rows into it
             figures += _replica(ep, env, SNAPSHOT_TABLE, rows, cpu_roots, args.profile)
             figures += translator(ep.pg_dsn, ep.kafka, env, rows, cpu_roots, say=say)
+            figures += warehouse_load(ep, env, SNAPSHOT_TABLE, rows, say=say)
             scaling += _main_points(figures, rows)
             for size in sorted(set(args.scaling) - {rows}):
                 scaling += _scale(ep, env, size, cpu_roots)
@@ -111,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     if not (args.replica_only or args.migration_only):
         say(f"warehouse: MERGE of {rows // 10:,} changes into a {rows:,}-row Delta table")
         figures += warehouse(rows, rows // 10, say=say)
+        figures += warehouse_rss(rows, say=say)
     header.append(machine_line() + f" at the end; {time.monotonic() - started:.0f} s in all")
     print_report(figures, header)
     for summary in pyspy.summaries():

@@ -188,38 +188,49 @@ def staged_merge(root: Path, directory: Path, count: int) -> float:
 
 
 def rss_child(work: Path, count: int) -> None:
-    """(child) merge the batch staged under ``work`` and print the process's peak RSS in MB:
-    all this process does is the driver's side of one batch."""
+    """(child) merge the batches staged under ``work`` (``staged/``, or its subdirectories in
+    order, ``count`` changes each) and print the process's peak RSS in MB: all this process
+    does is the driver's side of the batches."""
     import resource
 
-    staged_merge(work / "merge", work / "staged", count)
+    batches = sorted(p for p in (work / "staged").iterdir() if p.is_dir()) or [work / "staged"]
+    for n, directory in enumerate(batches, 1):
+        staged_merge(work / "merge", directory, n * count)
     print(json.dumps({"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
 
-def driver_rss(rows: int, counts: list[int]) -> list[Figure]:
-    """The driver's peak RSS merging staged batches of growing size into a ``rows``-row table,
-    each merge in a fresh process (the setup is done here)."""
+def warehouse_rss(count: int, sizes: tuple[int, ...] = (), say=print) -> list[Figure]:
+    """The driver's peak RSS merging the same ``count`` changes into the same ``2 × count``-row
+    table in batches of each of ``sizes`` (default: ``count`` and ``count / 10``), each run in a
+    fresh process doing only the driver's side (staged files streamed into delta-rs's MERGE)."""
     import subprocess
 
+    sizes = sizes or (count, count // 10)
+    size = 2 * count  # the changes' keys are distinct below 2 × count
+    work = Path(tempfile.mkdtemp(prefix="bench-warehouse-rss-"))
     figures = []
-    for count in counts:
-        work = Path(tempfile.mkdtemp(prefix="bench-warehouse-rss-"))
-        try:
-            size = max(rows, 2 * count)  # the changes' keys are distinct below 2 × count
-            write_deltalake(str(table_path(work / "merge", TABLE)),
-                            arrow([row(i) for i in range(1, size + 1)]))
-            stage(changes(size, count), work / "staged")
+    try:
+        say(f"warehouse: driver RSS, a {size:,}-row table, {count:,} changes")
+        base = work / "base"
+        write_deltalake(str(base), arrow([row(i) for i in range(1, size + 1)]))
+        batch = changes(size, count)
+        for per in sizes:
+            run = work / f"per-{per}"
+            shutil.copytree(base, table_path(run / "merge", TABLE))
+            for n, i in enumerate(range(0, count, per)):
+                stage(batch[i:i + per], run / "staged" / f"{n:05d}")
+            say(f"warehouse: driver RSS, {count:,} changes in batches of {per:,}")
             done = subprocess.run([sys.executable, "-m", "tests.bench.warehouse", "--rss-child",
-                                   str(work), "--changes", str(count)],
+                                   str(run), "--changes", str(per)],
                                   capture_output=True, text=True, check=True)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-        found = json.loads(done.stdout.strip().splitlines()[-1])
-        figures.append(Figure(f"warehouse driver: peak RSS merging {count:,} staged changes",
-                              found["peak_mb"], "MB",
-                              notes=[f"into a {size:,}-row table; a process doing only the "
-                                     f"driver's side (footers read, files streamed into "
-                                     f"delta-rs's MERGE)"]))
+            shutil.rmtree(run, ignore_errors=True)
+            peak = json.loads(done.stdout.strip().splitlines()[-1])["peak_mb"]
+            figures.append(Figure(
+                f"warehouse driver: peak RSS merging {count:,} changes, batches of {per:,}",
+                peak, "MB", notes=[f"into a {size:,}-row table, {-(-count // per)} MERGE "
+                                   "commit(s) in one process doing only the driver's side"]))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return figures
 
 
@@ -236,7 +247,7 @@ def main(argv: list[str] | None = None) -> None:
     header = [code_line(), machine_line()]
     figures = warehouse(args.rows, args.changes,
                         say=lambda what: print(f"bench: {what}", file=sys.stderr, flush=True))
-    figures += driver_rss(args.rows, [args.changes // 10, args.changes, args.changes * 10])
+    figures += warehouse_rss(args.changes)
     print_report(figures, header)
 
 

@@ -1,0 +1,223 @@
+"""The warehouse job (`bottler materialize warehouse`, Spark) on the bench's stack, in one run:
+
+- a ROWS-row topic (the capture's snapshot of the bench table) loaded with ``--once``: rows/s
+  from process start and from its first batch, against a plain delta-rs append of the same rows
+  (the target's own bulk path) and against the consumer loop's route (the same DeltaSink fed
+  by `materializers.core.Materializer`, no Spark: the collect-to-driver route is gone);
+- the demo shop's four topics loaded with ``--once``, from process start (target < 20 s);
+- the continuous job: commit → Delta lag p99 at 1,000 changes/s (target < 5 s), then an idle
+  trigger's CPU seconds, the job's whole process tree (driver, JVM, Python workers; target
+  < 0.2 s).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from deltalake import DeltaTable, write_deltalake
+
+from compose.demo import TABLES, seed
+from materializers.core import Materializer
+from materializers.warehouse.sink import DeltaSink
+from tests.bench import data
+from tests.bench.ceilings import drop_slot
+from tests.bench.kafka import delete_topics, wait_until
+from tests.bench.latency import _pct, write
+from tests.bench.procs import SNAPSHOT_DONE, CaptureProcess, cpu_seconds
+from tests.bench.report import Figure, Target
+
+LOAD_PREFIX, SHOP_PREFIX, LAG_PREFIX = "bench_wh", "bench_wh_shop", "bench_wh_lag"
+LAG_TABLE = "bench_wh_lag"
+LAG_RATE, LAG_SECONDS = 1_000, 15
+IDLE_SECONDS = 10
+BATCH = r"warehouse: (\d+) messages .* in ([\d.]+) s"
+DONE = r"warehouse load done: (\d+) changes"
+
+
+class WarehouseProcess(CaptureProcess):
+    """`python -m bottler materialize warehouse ARGS`, watched as the capture is (its peak RSS
+    is the driver's: the JVM is a child process, not counted)."""
+
+    def start(self) -> WarehouseProcess:
+        self.started_at = time.monotonic()
+        self.lines = []
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "bottler", "materialize", "warehouse", *self.args],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env, text=True,
+            errors="replace")
+        threading.Thread(target=self._read, args=(self._proc,), daemon=True).start()
+        threading.Thread(target=self._sample, args=(self._proc,), daemon=True).start()
+        return self
+
+    def wait_exit(self, timeout: float) -> float:
+        self._proc.wait(timeout)
+        if self._proc.returncode != 0:
+            self._fail(f"ended with status {self._proc.returncode}")
+        return time.monotonic()
+
+    def batches(self) -> list[float]:
+        return [float(m[2]) for _, line in self.lines if (m := re.search(BATCH, line))]
+
+
+def _snapshot(env: dict[str, str], name: str, tables: list[str]) -> None:
+    """A capture of ``tables`` into topics under ``name``, stopped once its snapshot is in."""
+    drop_slot(env["BOTTLER_PG_DSN"], name)
+    capture = CaptureProcess(name, env, ["--tables", ",".join(f"public.{t}" for t in tables),
+                                         "--slot", name, "--topic-prefix", name])
+    capture.start()
+    try:
+        capture.wait_line(SNAPSHOT_DONE, timeout=900)
+    finally:
+        capture.stop()
+
+
+def _load(env, path: Path, prefix: str, timeout: float = 1800) -> WarehouseProcess:
+    job = WarehouseProcess(f"warehouse {prefix}", env,
+                           ["--path", str(path), "--topic-prefix", prefix, "--once"])
+    job.start()
+    job.wait_line(DONE, timeout)
+    job.ended = job.wait_exit(60)
+    return job
+
+
+def warehouse_load(ep, env: dict[str, str], table: str, rows: int, say=print) -> list[Figure]:
+    work = Path(tempfile.mkdtemp(prefix="bench-warehouse-load-"))
+    try:
+        figures = _topic(ep, env, table, rows, work, say)
+        figures += _shop(ep, env, work, say)
+        figures += _lag_and_idle(ep, env, work, say)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return figures
+
+
+def _topic(ep, env, table: str, rows: int, work: Path, say) -> list[Figure]:
+    say(f"warehouse: capture snapshot of {table} into {LOAD_PREFIX}.{table}")
+    _snapshot(env, LOAD_PREFIX, [table])
+    say(f"warehouse: `materialize warehouse --once` of the {rows:,}-row topic")
+    job = _load(env, work / "spark", LOAD_PREFIX)
+    elapsed = job.ended - job.started_at
+    batches = job.batches()
+    loaded = DeltaTable(str(work / "spark" / "public" / table))
+    if loaded.count() != rows:
+        raise RuntimeError(f"the warehouse holds {loaded.count():,} rows, not {rows:,}")
+
+    say("warehouse: plain delta-rs append of the same rows")
+    same = loaded.to_pyarrow_table()
+    start = time.perf_counter()
+    write_deltalake(str(work / "append"), same)
+    append_s = time.perf_counter() - start
+    del same
+
+    say("warehouse: the consumer loop's route (DeltaSink under the core loop, no Spark)")
+    start = time.perf_counter()
+    loop = Materializer(DeltaSink(work / "loop"), bootstrap=ep.kafka, registry=ep.registry,
+                        group_id="bench-warehouse-loop", prefix=LOAD_PREFIX, name="bench-loop")
+    loop.run_until_caught_up(timeout=1800)
+    loop_s = time.perf_counter() - start
+    delete_topics(ep.kafka, f"{LOAD_PREFIX}.")
+    drop_slot(ep.pg_dsn, LOAD_PREFIX)
+    ceiling = Figure(f"delta: plain append of {rows:,} rows (delta-rs)", rows / append_s,
+                     "rows/s", notes=[f"the rows the warehouse loaded, in Arrow: {append_s:.1f} s"])
+    return [ceiling, Figure(
+        f"warehouse (Spark): {rows:,}-row topic, --once, from process start", rows / elapsed,
+        "rows/s", ceiling=ceiling,
+        notes=[f"{elapsed:.1f} s from process start to exit; {len(batches)} batch(es) took "
+               f"{sum(batches):.1f} s ({rows / max(sum(batches), 1e-6):,.0f} rows/s from the "
+               f"first batch); driver peak RSS {job.peak_mb:.0f} MB"]),
+        Figure(f"warehouse (Spark): {rows:,}-row topic, from the first batch",
+               rows / max(sum(batches), 1e-6), "rows/s", ceiling=ceiling),
+        Figure(f"warehouse, consumer loop route (DeltaSink, no Spark): {rows:,}-row topic",
+               rows / loop_s, "rows/s", ceiling=ceiling,
+               notes=[f"{loop_s:.1f} s, in the bench's process, from the loop's start"])]
+
+
+def _shop(ep, env, work: Path, say) -> list[Figure]:
+    say("warehouse: the demo shop, captured, then `materialize warehouse --once`")
+    seed(ep.pg_dsn)
+    _snapshot(env, SHOP_PREFIX, list(TABLES))
+    job = _load(env, work / "shop", SHOP_PREFIX)
+    messages = sum(int(m[1]) for _, line in job.lines if (m := re.search(BATCH, line)))
+    delete_topics(ep.kafka, f"{SHOP_PREFIX}.")
+    drop_slot(ep.pg_dsn, SHOP_PREFIX)
+    return [Figure("warehouse: the demo shop's four topics, --once, from process start",
+                   job.ended - job.started_at, "s", target=Target("<", 20),
+                   notes=[f"{messages:,} messages; batches {job.batches()} s; from process "
+                          "start to exit (Spark's start, the query, the stage, the merges, "
+                          "the JVM's end)"])]
+
+
+def _lag_and_idle(ep, env, work: Path, say) -> list[Figure]:
+    data.create_table(ep.pg_dsn, LAG_TABLE)
+    drop_slot(ep.pg_dsn, LAG_PREFIX)
+    capture = CaptureProcess(LAG_PREFIX, env, ["--tables", f"public.{LAG_TABLE}", "--slot",
+                                               LAG_PREFIX, "--topic-prefix", LAG_PREFIX])
+    path = work / "lag"
+    job = WarehouseProcess("warehouse lag", env, ["--path", str(path), "--topic-prefix",
+                                                  LAG_PREFIX])
+    capture.start()
+    try:
+        capture.wait_line(SNAPSHOT_DONE, timeout=300)
+        job.start()
+        data.fill(ep.pg_dsn, LAG_TABLE, 1, 10)  # the table exists in Delta: the job is up
+        table = path / "public" / LAG_TABLE
+        wait_until(lambda: (table / "_delta_log").is_dir(), 300, "the warehouse's first load")
+        say(f"warehouse: lag at {LAG_RATE:,} changes/s for {LAG_SECONDS} s")
+        seen: dict[int, float] = {}
+        stop = threading.Event()
+        watcher = threading.Thread(target=_watch, args=(table, seen, stop), daemon=True)
+        watcher.start()
+        committed, _, _ = write(ep.pg_dsn, LAG_TABLE, 100, LAG_RATE * LAG_SECONDS, LAG_RATE)
+        wait_until(lambda: committed.keys() <= seen.keys(), 120, "every change in Delta", 0.2)
+        stop.set()
+        watcher.join()
+        lags = sorted(seen[i] - after for i, (_, after) in committed.items())
+        say(f"warehouse: an idle trigger's CPU, over {IDLE_SECONDS} s")
+        time.sleep(2)
+        before = cpu_seconds(job.pid)
+        time.sleep(IDLE_SECONDS)
+        idle = (cpu_seconds(job.pid) - before) / IDLE_SECONDS  # --interval 1: a trigger a second
+        job.check_alive()
+    finally:
+        job.stop()
+        capture.stop()
+    delete_topics(ep.kafka, f"{LAG_PREFIX}.")
+    drop_slot(ep.pg_dsn, LAG_PREFIX)
+    data.drop_table(ep.pg_dsn, LAG_TABLE)
+    return [
+        Figure(f"warehouse: commit → Delta lag p99 at {LAG_RATE:,} changes/s", _pct(lags, 99),
+               "s", target=Target("<", 5),
+               notes=[f"{len(lags):,} single-row commits over {LAG_SECONDS} s, capture and the "
+                      f"continuous job (--interval 1) running; p50 {_pct(lags, 50):.2f} s, "
+                      f"max {lags[-1]:.2f} s; seen = the first poll (every 0.1 s) of the Delta "
+                      "table holding the row"]),
+        Figure("warehouse: an idle trigger's CPU (driver, JVM, Python workers)", idle * 1000,
+               "CPU ms", target=Target("<", 200),
+               notes=[f"the job's process tree over {IDLE_SECONDS} s with nothing new, one "
+                      "trigger a second"]),
+    ]
+
+
+def _watch(table: Path, seen: dict[int, float], stop: threading.Event) -> None:
+    """Note when each row's id first shows in the Delta table."""
+    delta = None
+    while not stop.is_set():
+        try:
+            if delta is None:
+                delta = DeltaTable(str(table))
+            else:
+                delta.update_incremental()
+            now = time.time()
+            for i in delta.to_pyarrow_table(columns=["id"])["id"].to_pylist():
+                seen.setdefault(i, now)
+        except OSError:
+            pass
+        stop.wait(0.1)
+
