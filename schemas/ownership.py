@@ -7,7 +7,7 @@ One record per table topic, under the key ``topic/<topic>`` (so compaction keeps
 topic), a JSON object::
 
     {"kind": "table-topic", "prefix": "shop", "slot": "shop", "schema": "public",
-     "table": "orders", "topic": "shop.orders", "key": ["id"], "format": "avro"}
+     "table": "orders", "topic": "shop.orders", "key_columns": ["id"], "format": "avro"}
 
 The capture writes it, acknowledged, before the first row of the table reaches the topic: at
 every start for each published table, and when a table joins later (an incremental snapshot, a
@@ -33,7 +33,7 @@ def record(prefix: str, slot: str, schema: str, table: str, topic: str,
            key_columns: list[str] | tuple[str, ...], fmt: str) -> dict[str, Any]:
     """The ownership record of ``topic`` (see the module's doc)."""
     return {"kind": KIND, "prefix": prefix, "slot": slot, "schema": schema, "table": table,
-            "topic": topic, "key": list(key_columns), "format": fmt}
+            "topic": topic, "key_columns": list(key_columns), "format": fmt}
 
 
 def is_record(record_key: str, value: Any) -> bool:

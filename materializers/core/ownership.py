@@ -39,6 +39,7 @@ class OwnedTopics:
         self.owned: dict[str, dict] = {}  # topic -> its ownership record
         self._records: dict[str, dict] = {}  # key -> latest ownership record
         self._consumer: Consumer | None = None
+        self._assigned = False  # the consumer reads the control topic
         self._position = 0
         self._said: str | None = None  # the last situation logged, so each is said once
 
@@ -47,8 +48,21 @@ class OwnedTopics:
 
     def refresh(self, existing: Collection[str] | None = None) -> set[str]:
         """Read the records added since the last refresh; the owned topics. ``existing``: the
-        broker's topics, when the caller has them (the control topic's absence is seen there)."""
-        if existing is not None and self.topic not in existing:
+        broker's topics, when the caller has them (else they are asked for: the control topic is
+        never asked for by name, which would make a broker that creates topics on demand create
+        it, without the capture's settings)."""
+        if existing is None:
+            try:
+                existing = self._client().list_topics(timeout=10).topics
+            except KafkaException as exc:
+                log.debug("%s: cannot list topics now: %s", self.name, exc.args[0].str())
+                return set(self.owned)
+        if self.topic not in existing:
+            if self._assigned:  # deleted (the capture retired): a new one is read anew
+                self._consumer.unassign()
+                self._assigned, self._position = False, 0
+                self._records.clear()
+                self.owned = {}
             self._say("absent", logging.INFO,
                       "%s: no capture of prefix %s on the broker yet (no topic %s): reading no "
                       "table topic until it starts", self.name, self._shown(), self.topic)
@@ -80,13 +94,19 @@ class OwnedTopics:
             self._consumer.close()
             self._consumer = None
 
-    def _read(self) -> None:
+    def _client(self) -> Consumer:
         if self._consumer is None:
             self._consumer = Consumer(client_config(
                 self.bootstrap, **{"group.id": f"bottler-ownership-{uuid.uuid4().hex}",
                                    "enable.auto.commit": False, "auto.offset.reset": "earliest",
                                    "enable.partition.eof": False}))
-            self._consumer.assign([TopicPartition(self.topic, 0, self._position)])
+            self._assigned = False
+        return self._consumer
+
+    def _read(self) -> None:
+        if not (self._consumer is not None and self._assigned):
+            self._client().assign([TopicPartition(self.topic, 0, self._position)])
+            self._assigned = True
         partition = TopicPartition(self.topic, 0)
         _, high = self._consumer.get_watermark_offsets(partition, timeout=10, cached=False)
         if high < self._position:  # the topic was deleted and created again: read it anew
