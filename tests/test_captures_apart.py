@@ -16,10 +16,14 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from capture.state import CaptureState, TopicOwnership
+from capture.topics import ensure_topics
 from materializers.core import Materializer
+from materializers.core.ownership import OwnedTopics
 from materializers.postgres import PostgresSink
 from materializers.search.client import SearchClient
 from materializers.search.reader import LiveReader, ReaderOptions
+from schemas import ownership
 from tests.support import execute, fresh_database, read_topic, wait_for, wait_streaming
 from tests.test_materializer_postgres import same
 
@@ -191,6 +195,13 @@ def test_three_captures_on_one_broker_each_view_reads_only_its_own(stack, source
                             return False
                 return True
 
+            # what the capture of `a` says it owns: every table topic, `added` included
+            owned = ownership.owned(CaptureState(stack.kafka, a.prefix).read_all())
+            assert owned[a.topic("sc")] == {
+                "kind": "table-topic", "prefix": a.prefix, "slot": a.slot, "schema": "public",
+                "table": "sc", "topic": a.topic("sc"), "key_columns": ["id"], "format": "avro"}
+            wait_for(lambda: set(ownership.owned(CaptureState(
+                stack.kafka, a.prefix).read_all())) == a.topics, 60, "the ownership of added")
             wait_for(replicas_equal, 120, "every replica to equal its source")
             wait_for(search_equal, 120, "every search index to equal its source")
             for c in captures:
@@ -245,3 +256,29 @@ def test_three_captures_on_one_broker_each_view_reads_only_its_own(stack, source
             origins = {dict(m.headers() or []).get("bottler.topic", b"").decode()
                        for m in read_topic(stack.kafka, e.dead_letter_topic)}
             assert not origins & mine, origins
+
+
+def test_a_capture_that_recorded_no_ownership_is_said_once_and_read_once_it_does(stack, caplog):
+    """A view of a capture from before the records reads no topic and says why, once; the
+    records, once written, are what it reads (a topic under the prefix they do not name is not).
+    """
+    prefix = f"old{uuid.uuid4().hex[:8]}"
+    state = CaptureState(stack.kafka, prefix)
+    ensure_topics(AdminClient({"bootstrap.servers": stack.kafka}), [state.topic])
+    state.write(prefix, snapshot="complete")  # progress, as an earlier version recorded it
+    owned = OwnedTopics(stack.kafka, prefix, "view")
+    try:
+        with caplog.at_level("INFO", logger="materializers"):
+            assert owned.refresh() == set() and owned.refresh() == set()
+            said = [r.getMessage() for r in caplog.records if "ownership" in r.getMessage()]
+            assert said == [f"view: no topic ownership records in {prefix}._bottler.capture: "
+                            f"restart the capture of prefix {prefix} with this version of "
+                            "bottler (it records its table topics there), or give the topics "
+                            "with --topic; reading no table topic until then"]
+            TopicOwnership(state, prefix, prefix, "avro").claim("public", "t", f"{prefix}.t",
+                                                                ["id"])
+            assert owned.refresh() == {f"{prefix}.t"}
+            assert owned(f"{prefix}.t") and not owned(f"{prefix}.stray")
+    finally:
+        owned.close()
+        state.close()
