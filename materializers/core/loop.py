@@ -235,8 +235,10 @@ class Materializer:
         if self.topics is not None:
             return [*self.topics, self.truncate_topic]
         if self.owned is not None:
-            self._next_discovery = time.monotonic() + DISCOVERY_INTERVAL
-            return [*sorted(self.owned.refresh()), self.truncate_topic]
+            owned = self.owned.refresh()
+            self._next_discovery = time.monotonic() + (
+                DISCOVERY_INTERVAL if self.owned.complete else 1.0)
+            return [*sorted(owned), self.truncate_topic]
         regex = self.pattern
         return [regex if regex.startswith("^") else "^" + regex, self.truncate_topic]
 
@@ -278,6 +280,8 @@ class Materializer:
         metadata = self._consumer.list_topics(timeout=10)
         if self.owned is not None:
             self.owned.refresh(metadata.topics)
+            if not self.owned.complete:  # read the rest soon: not caught up before
+                self._next_discovery = now + 1.0
         new = [
             KafkaTopicPartition(topic, p)
             for topic, meta in metadata.topics.items()
@@ -369,7 +373,8 @@ class Materializer:
             self._settled()
             self._past_markers()
         self._refresh_watermarks(force=self._keeping_up)
-        self.tracker.check()
+        if self.owned is None or self.owned.complete:  # else its topics are not all known
+            self.tracker.check()
         if not self._gave_back and self.caught_up.is_set():
             self._gave_back = True
             gctune.give_back()  # the backlog's fetch buffers, freed by now

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import Collection
 
@@ -41,6 +42,8 @@ class OwnedTopics:
         self._consumer: Consumer | None = None
         self._assigned = False  # the consumer reads the control topic
         self._position = 0
+        # the records were read to the end once: until then the view is not caught up
+        self.complete = False
         self._said: str | None = None  # the last situation logged, so each is said once
 
     def __call__(self, topic: str) -> bool:
@@ -66,6 +69,7 @@ class OwnedTopics:
             self._say("absent", logging.INFO,
                       "%s: no capture of prefix %s on the broker yet (no topic %s): reading no "
                       "table topic until it starts", self.name, self._shown(), self.topic)
+            self.complete = True  # nothing to read: caught up with nothing, as before
             return set(self.owned)
         try:
             self._read()
@@ -79,10 +83,10 @@ class OwnedTopics:
             return set(self.owned)
         if not self.owned:
             self._say("none", logging.WARNING,
-                      "%s: no topic ownership records in %s: restart the capture of prefix %s "
-                      "with this version of bottler (it records its table topics there), or "
-                      "give the topics with --topic; reading no table topic until then",
-                      self.name, self.topic, self._shown())
+                      "%s: no topic ownership records in %s yet: if the capture of prefix %s "
+                      "is of an earlier version of bottler, restart it with this one (it records "
+                      "its table topics there), or give the topics with --topic; reading no "
+                      "table topic until then", self.name, self.topic, self._shown())
         else:
             self._say(f"{len(self.owned)}", logging.INFO,
                       "%s: reading the %d table topic(s) the capture of prefix %s owns",
@@ -113,10 +117,16 @@ class OwnedTopics:
             self._records.clear()
             self._position = 0
             self._consumer.seek(TopicPartition(self.topic, 0, 0))
+        deadline = time.monotonic() + 10
         while self._position < high:
-            msg = self._consumer.poll(10)
+            msg = self._consumer.poll(0.5)
             if msg is None:
-                break  # read on at the next refresh
+                # past a compacted tail the client's position moves on with no message
+                at = self._consumer.position([partition])[0].offset
+                self._position = max(self._position, at)
+                if self._position < high and time.monotonic() > deadline:
+                    break  # read on at the next refresh
+                continue
             if msg.error():
                 log.debug("%s: %s: %s", self.name, self.topic, msg.error().str())
                 continue
@@ -133,6 +143,7 @@ class OwnedTopics:
             elif ownership.is_record(key, value):
                 self._records[key] = value
         self.owned = ownership.owned(self._records)
+        self.complete = self.complete or self._position >= high
 
     def _shown(self) -> str:
         return self.prefix or "(empty)"

@@ -84,12 +84,12 @@ class _Segment:
     """Changes of one table between two barriers (truncate, schema version): last per key."""
 
     table: TableId
-    topic: str | None = None  # the table topic its changes come from
     value_schema: dict | None = None
     value_schema_id: int | None = None
     key_schema: dict | None = None
     rows: dict[Any, Change] = field(default_factory=dict)  # keyed: identity -> last change
     appended: list[Change] = field(default_factory=list)  # unkeyed upserts, in order
+    topic: str | None = None  # the table topic its changes come from (None: a seed's)
 
 
 DDL_LOCK = 0x626F74746C6572  # "bottler": the advisory lock of table creation and evolution
@@ -280,7 +280,7 @@ class PostgresSink:
                 self._apply(segments.pop(change.table))  # a new schema version: a barrier
                 segment = None
             if segment is None:
-                segment = segments[change.table] = _Segment(change.table, change.topic)
+                segment = segments[change.table] = _Segment(change.table, topic=change.topic)
             if change.op == "upsert":
                 segment.value_schema = change.value_schema
                 segment.value_schema_id = change.value_schema_id

@@ -148,7 +148,8 @@ class WarehouseJob:
         """Batches until every partition reached the high watermark it had at the start: a
         warehouse load. Returns the totals."""
         marks = self._watermarks(self._partitions())
-        while marks is None:  # the broker restarting
+        # the broker restarting, or the capture's topic ownership not read to the end yet
+        while marks is None or (self._owned is not None and not self._owned.complete):
             time.sleep(1.0)
             marks = self._watermarks(self._partitions())
         target = {tp: high for tp, (_, high) in marks.items()}
