@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from capture.state import CaptureState, TopicOwnership
 from capture.topics import ensure_topics
+from common.errors import BottlerError
 from materializers.core import Materializer
 from materializers.core.ownership import OwnedTopics
 from materializers.postgres import PostgresSink
@@ -244,6 +245,24 @@ def test_three_captures_on_one_broker_each_view_reads_only_its_own(stack, source
                     c.source, table, column), (c.slot, table)
         assert (path / a.prefix / "public" / "sc").is_dir()
         assert (path / b.prefix / "public" / "sc").is_dir()
+
+        # Two captures' `public.sc` into one replica target, or one index: refused in one line.
+        sink = PostgresSink(targets[0], f"g-other-{run}")
+        try:
+            other = Materializer(sink, bootstrap=stack.kafka, registry=stack.registry_url,
+                                 group_id=sink.group_id, topics=[b.topic("sc")], prefix=b.prefix,
+                                 batch_timeout=0.2, progress=False, on_poison="stop")
+            with pytest.raises(BottlerError, match=f"target table public.sc is fed by topic "
+                               f"{a.topic('sc')}, and topic {b.topic('sc')} names the same"):
+                other.run_until_caught_up(60)
+        finally:
+            sink.close()
+        assert same(a.source, targets[0], "select * from sc order by id")  # untouched
+        both = LiveReader(client, f"apart-both-{run}", ReaderOptions(
+            bootstrap=stack.kafka, registry=stack.registry_url, prefix=a.prefix,
+            topics=[a.topic("sc"), b.topic("sc")], progress=False, on_poison="stop"))
+        with pytest.raises(BottlerError, match="both hold table public.sc"):
+            both.run_until_caught_up(60)
 
         # Nothing was dead-lettered, and nothing of the foreign topics reached a view.
         for c in (a, b):

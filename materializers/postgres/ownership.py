@@ -29,8 +29,11 @@ OWNERSHIP_DDL = [
     "create table if not exists bottler.replica_tables (schema_name text not null,"
     " table_name text not null, adopted boolean not null, columns text[] not null,"
     " primary key (schema_name, table_name))",
-    # the topic feeding the table (null: recorded before topics were; the next write fills it)
-    "alter table bottler.replica_tables add column if not exists topic text",
+    # the topic feeding the table (null: recorded before topics were; the next write fills it).
+    # Altered only when missing: ALTER TABLE would lock out the other instances' batches.
+    "do $$ begin if not exists (select from pg_attribute where attrelid ="
+    " 'bottler.replica_tables'::regclass and attname = 'topic' and not attisdropped) then"
+    " alter table bottler.replica_tables add column topic text; end if; end $$",
 ]
 ADOPT_FLAG = "--adopt-existing"
 
