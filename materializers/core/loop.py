@@ -229,9 +229,9 @@ class Materializer:
                                  on_revoke=self._revoked, on_lost=self._revoked)
 
     def _subscription(self) -> list[str]:
-        """The group subscription: the listed table topics or a regex of them (librdkafka
-        takes a name starting with ^ as one), and the truncate topic; partitions of a topic
-        matched but not a table topic (other control topics) are left unassigned."""
+        """The group subscription: the listed table topics, the capture's own, or the pattern
+        (librdkafka takes a name starting with ^ as a regex), and the truncate topic; partitions
+        of a topic matched but not a table topic (other control topics) are left unassigned."""
         if self.topics is not None:
             return [*self.topics, self.truncate_topic]
         if self.owned is not None:
