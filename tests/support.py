@@ -198,10 +198,12 @@ class Decoder:
 def wait_streaming(dsn: str, slot: str, timeout: float = 60) -> None:
     """Wait until a capture streams from ``slot`` (its snapshot, if any, is complete)."""
 
-    def active():
+    def active():  # the connection that made the slot holds it too, during the snapshot
         with psycopg.connect(dsn) as conn:
             return conn.execute(
-                "select active from pg_replication_slots where slot_name = %s", (slot,)
+                "select s.active and exists (select from pg_stat_replication r where"
+                " r.pid = s.active_pid and r.state in ('catchup', 'streaming'))"
+                " from pg_replication_slots s where s.slot_name = %s", (slot,)
             ).fetchone() == (True,)
 
     wait_for(active, timeout, f"a capture streaming from slot {slot}")
