@@ -196,15 +196,18 @@ class Decoder:
 
 
 def wait_streaming(dsn: str, slot: str, timeout: float = 60) -> None:
-    """Wait until a capture streams from ``slot`` (its snapshot, if any, is complete)."""
+    """Wait until a capture streams from ``slot`` (its snapshot, if any, is complete).
 
-    def active():  # the connection that made the slot holds it too, during the snapshot
+    The slot is active during the snapshot too (the connection that exported the snapshot holds
+    it, its walsender in state `startup`); only START_REPLICATION moves the walsender on to
+    `catchup` and `streaming`."""
+
+    def active():
         with psycopg.connect(dsn) as conn:
             return conn.execute(
-                "select s.active and exists (select from pg_stat_replication r where"
-                " r.pid = s.active_pid and r.state in ('catchup', 'streaming'))"
-                " from pg_replication_slots s where s.slot_name = %s", (slot,)
-            ).fetchone() == (True,)
+                "select r.state in ('catchup', 'streaming') from pg_replication_slots s"
+                " join pg_stat_replication r on r.pid = s.active_pid where s.slot_name = %s",
+                (slot,)).fetchone() == (True,)
 
     wait_for(active, timeout, f"a capture streaming from slot {slot}")
 
