@@ -3,12 +3,16 @@ the search indices built from them only, its replication slot and publications, 
 views stored for its topics — after listing it and asking (docs/operations.md).
 
 Which topics are the capture's: its control topics (`[prefix.]_bottler.*`), and the table
-topics under the prefix that the capture wrote. A table topic is recognised by its value
-schema, whose `pg.schema` and `pg.table` name the table the topic is named after
-(schemas/avro_schema.py, schemas/topics.py), or by a record of the capture's progress topic
-naming it. So an empty prefix never takes a topic bottler did not write, nor another prefix's:
-`shop.orders` is only the empty prefix's if its schema says it is the table `shop.orders`. A
-topic under a non-empty prefix without a value schema (`--output-format json`) is taken too."""
+topics it records as its own in `[prefix.]_bottler.capture` (schemas/ownership.py). So an
+empty prefix never takes a topic bottler did not write, nor another prefix's.
+
+Without ownership records — a capture that predates them, or a second run after a first one
+deleted the topics (the control topic with them) but not every registry subject — the table
+topics are recognised as before the records existed: by their value schema, whose `pg.schema`
+and `pg.table` name the table the topic is named after (schemas/avro_schema.py,
+schemas/topics.py), or, under a non-empty prefix, by having no value schema (`--output-format
+json`); `shop.orders` is only the empty prefix's if its schema says it is the table
+`shop.orders`."""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from pydantic_settings import NoDecode
 from common.config import KafkaSettings, RegistrySettings, TopicPrefixSettings, env
 from common.errors import BottlerError
 from common.redact import redact
+from schemas import ownership
 from schemas.topics import CONTROL, table_topic, table_topics, with_prefix
 
 
@@ -110,15 +115,18 @@ def plan(s: RetireSettings) -> Plan:
     recorded = _recorded(s, existing)
     p.other_slots = sorted(k for k, v in recorded.items()
                            if "/" not in k and k != s.slot and isinstance(v, dict))
-    named = {t for v in recorded.values() if isinstance(v, dict)
-             for t in ([v.get("topic")] + list(v.get("topics") or [])) if isinstance(t, str)}
+    named = set(ownership.owned(recorded))
     control = with_prefix(s.topic_prefix, CONTROL)
-    candidate = table_topics(s.topic_prefix)
     # Subjects of topics already gone count too, so a second run finishes what one began.
     named_by_subjects = {n.rsplit("-", 1)[0] for n in subjects if n.endswith(("-key", "-value"))}
-    owned = [t for t in sorted(existing | named_by_subjects)
-             if t.startswith(control) or t in named
-             or (candidate(t) and _written_by(s.topic_prefix, t, registry, subjects))]
+    if named:  # the capture's own records
+        owned = [t for t in sorted(existing | named_by_subjects)
+                 if t.startswith(control) or t in named]
+    else:  # a capture from before the records (see the module's doc)
+        candidate = table_topics(s.topic_prefix)
+        owned = [t for t in sorted(existing | named_by_subjects)
+                 if t.startswith(control)
+                 or (candidate(t) and _written_by(s.topic_prefix, t, registry, subjects))]
     p.topics = [t for t in owned if t in existing]
     p.subjects = [f"{t}-{part}" for t in owned for part in ("key", "value")
                   if f"{t}-{part}" in subjects]

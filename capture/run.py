@@ -90,6 +90,8 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, admin:
         tables = Tables(catalog, registrar, admin, s.topic_prefix, s.output_format,
                         s.allow_unkeyed, s.topic_config, s.temporal_mode, s.partitions_of)
         tables.created_topics = undo.topics
+        tables.ownership = undo.ownership = state.TopicOwnership(
+            progress, s.topic_prefix, s.slot, s.output_format)
         recorded = progress.read_all()
         job = _resume_or_restart(s, catalog, recorded)
         if job is not None or _slot_lsn(catalog, s.slot) is not None:

@@ -2,7 +2,8 @@
 name, whether its snapshot is complete (and while it is not, the snapshot's layout, so a restart
 resumes it); under `<slot>/chunk/<id>`, each snapshot chunk Kafka acknowledged, and under
 `<slot>/piece/<id>` how far into a chunk it acknowledged (see SnapshotRecords); under
-`<slot>/incremental/<schema>.<table>`, each incremental snapshot under way (incremental.py)."""
+`<slot>/incremental/<schema>.<table>`, each incremental snapshot under way (incremental.py);
+under `topic/<topic>`, each table topic the capture owns (TopicOwnership; schemas/ownership.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from capture import topics
 from common.errors import BottlerError
+from schemas import ownership
 from schemas.topics import STATE, with_prefix
 
 SNAPSHOT_STARTED = "started"
@@ -104,6 +106,29 @@ class CaptureState:
                 f"cannot record the capture state in {self.topic}: "
                 f"{errors[0].str() if errors else 'no acknowledgement'}"
             )
+
+
+class TopicOwnership:
+    """Records the table topics the capture owns (schemas/ownership.py), each acknowledged
+    before the first row of its table is sent: the views read exactly these topics."""
+
+    def __init__(self, state: CaptureState, prefix: str, slot: str, fmt: str):
+        self.state, self.prefix, self.slot, self.fmt = state, prefix, slot, fmt
+        self._claimed: dict[str, tuple[str, ...]] = {}  # by this run: topic -> key columns
+
+    def claim(self, schema: str, table: str, topic: str, key: list[str] | tuple[str, ...]
+              ) -> None:
+        if self._claimed.get(topic) == tuple(key):
+            return
+        self.state.write(ownership.key(topic), **ownership.record(
+            self.prefix, self.slot, schema, table, topic, key, self.fmt))
+        self._claimed[topic] = tuple(key)
+
+    def forget(self, topics: list[str]) -> None:
+        """Tombstones for ``topics`` (deleted again by a failed start)."""
+        self.state.forget([ownership.key(t) for t in topics if t in self._claimed])
+        for topic in topics:
+            self._claimed.pop(topic, None)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from capture import pgoutput, topics
 from capture.encoding import CodecSpec, TableCodec, make_spec
 from capture.registrar import Registrar
 from capture.source import SourceTable, key_columns
+from capture.state import TopicOwnership
 from capture.typecatalog import load_columns, load_type
 from common.errors import BottlerError
 from schemas.pgtypes import Column
@@ -48,6 +49,8 @@ class Tables:
         self.temporal_mode = temporal_mode
         self.partitions_of = partitions_of
         self.created_topics: list[str] = []  # by this run: a failed start removes them
+        # records each table topic as the capture's own before its first row (state.py)
+        self.ownership: TopicOwnership | None = None
         self._codecs: dict[int, TableCodec] = {}
         self._type_cache: dict = {}
 
@@ -108,6 +111,8 @@ class Tables:
                                      created=self.created_topics, partitions=partitions)
         spec = make_spec(schema, name, topic, columns, key, self.fmt, self.registrar,
                          self.temporal_mode)
+        if self.ownership is not None:
+            self.ownership.claim(schema, name, topic, key)
         self._codecs[oid] = spec.codec()
         return spec
 

@@ -22,6 +22,7 @@ class Undo:
         self.publications: list[str] = []
         self.slot: str | None = None
         self.topics: list[str] = []  # shared with Tables, which adds the table topics it makes
+        self.ownership = None  # the TopicOwnership of the table topics: tombstoned with them
 
     @contextmanager
     def on_failure(self):
@@ -56,4 +57,10 @@ class Undo:
                     future.result(timeout=30)
                 except Exception as exc:  # noqa: BLE001
                     log.error("could not delete topic %s: %s", topic, exc)
+            if self.ownership is not None and self.ownership.state.topic not in self.topics:
+                try:
+                    self.ownership.forget(list(self.topics))
+                except Exception as exc:  # noqa: BLE001 - the start's own error comes first
+                    log.error("could not remove the ownership records of %s: %s",
+                              ", ".join(self.topics), exc)
         self.publications, self.slot, self.topics[:] = [], None, []

@@ -45,8 +45,8 @@ MetricsHost = option("--metrics-host", help="Address the metrics are served on (
 
 def _topics(verb: str):
     return option("--topic", "--topics",
-                  help=f"Table topic to {verb} (repeatable) [default: every topic under the "
-                  "prefix]")
+                  help=f"Table topic to {verb} (repeatable) [default: the table topics the "
+                  "capture of the prefix owns]")
 
 
 # constants, not calls in the signatures: a list default is what bugbear (B008) objects to

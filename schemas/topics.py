@@ -25,9 +25,11 @@ def table_topic(prefix: str, schema: str, table: str) -> str:
 
 
 def table_topics(prefix: str, topics: list[str] | None = None, pattern: str | None = None):
-    """``topic -> bool``: is it a table topic to read? The ``topics`` listed, or else those
-    matching ``pattern`` (default: every topic under ``prefix``, or every topic not starting
-    with ``_`` without one), never a control topic."""
+    """``topic -> bool`` by name: the ``topics`` listed, or else those matching ``pattern``
+    (default: every topic under ``prefix``, or every topic not starting with ``_`` without
+    one), never a control topic. For explicit selections (``--topic``, a pattern) and for
+    captures that predate topic ownership (``bottler retire``); a view given neither reads the
+    topics its capture owns (schemas/ownership.py, materializers/core/ownership.py)."""
     if topics is not None:
         listed = set(topics)
         return listed.__contains__

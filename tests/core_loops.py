@@ -25,7 +25,7 @@ from materializers.translators import Event, Output, RowChange, Translator
 from materializers.translators.runner import TranslatorRunner
 from schemas import control
 from schemas.serde import AvroEncoder
-from tests.support import in_thread, read_committed, wait_for
+from tests.support import in_thread, own_topics, read_committed, wait_for
 
 VALUE = {"type": "record", "name": "t", "namespace": "public", "pg.schema": "public",
          "pg.table": "t", "fields": [{"name": "id", "type": "int"},
@@ -49,6 +49,7 @@ class Topic:
             NewTopic(self.truncates, num_partitions=1),
         ]).values():
             future.result(30)
+        own_topics(stack.kafka, self.prefix, ("public", "t", ["id"]))  # as a capture does
         registry = SchemaRegistryClient({"url": stack.registry_url})
 
         def encoder(subject, schema):

@@ -237,3 +237,21 @@ def topic_state(stack, topic: str, expected_keys: int | None = None) -> dict:
         return None
 
     return wait_for(state, 60, f"{topic} to hold {expected_keys} keys")[0]
+
+
+def own_topics(bootstrap: str, prefix: str, *tables: tuple[str, str, list[str]]) -> None:
+    """Record the table topics of ``tables`` ((schema, table, key columns)) as the capture of
+    ``prefix`` does (capture/state.py, schemas/ownership.py): for hand-made table topics, which
+    a view given no --topic reads only once their capture says they are its own."""
+    from confluent_kafka.admin import AdminClient
+
+    from capture.state import CaptureState, TopicOwnership
+    from capture.topics import ensure_topics
+    from schemas.topics import table_topic
+
+    state = CaptureState(bootstrap, prefix)
+    ensure_topics(AdminClient({"bootstrap.servers": bootstrap}), [state.topic])
+    owner = TopicOwnership(state, prefix, prefix or "test", "avro")
+    for schema, table, key in tables:
+        owner.claim(schema, table, table_topic(prefix, schema, table), key)
+    state.close()

@@ -404,7 +404,7 @@ def test_the_warehouse_job_as_it_ships_rebuilds_what_ran_all_along(stack, spark,
     load(along)
     load(tmp_path / "fresh")
     table = TableId("public", "t")
-    sinks = [tmp_path / "along", tmp_path / "fresh"]
+    sinks = [tmp_path / "along" / topic.prefix, tmp_path / "fresh" / topic.prefix]
     got = [{row[0]: row for row in _delta_rows(root, table)} for root in sinks]
     assert got[0] == got[1] == {8: (8, "after the truncate")}
     from materializers.warehouse.delta import open_table

@@ -119,7 +119,7 @@ def test_every_view_shows_an_added_columns_default_on_older_rows(stack, source, 
             load.close()
 
     def warehouse() -> list[tuple]:
-        table = open_table(root / "public" / "accounts")
+        table = open_table(root / prefix / "public" / "accounts")
         if table is None:
             return []
         names = table.schema().to_arrow().names

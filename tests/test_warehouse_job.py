@@ -62,6 +62,7 @@ def source_rows(dsn: str, table: str) -> list[tuple]:
 
 
 def delta_rows(root, table: str, columns: list[str]) -> list[tuple]:
+    """The rows of ``public.<table>`` under ``root`` (a prefix's: ``<path>/<prefix>``)."""
     delta = open_table(root / "public" / table)
     if delta is None:
         return []
@@ -96,7 +97,7 @@ def converge(spark, stack, root, prefix, source, timeout=90, **options) -> None:
             load.run_until_caught_up()
         finally:
             load.close()
-        diff = {t: (delta_rows(root, t, columns(t)), expected(source, t)) for t in QUERIES}
+        diff = {t: (delta_rows(root / prefix, t, columns(t)), expected(source, t)) for t in QUERIES}
         if all(a == b for a, b in diff.values()):
             return
         if time.monotonic() > deadline:
@@ -129,16 +130,18 @@ def test_a_load_with_a_crash_and_a_rerun_equals_the_source(spark, stack, source,
     converge(spark, stack, root, prefix, source)
     execute(source, *LOAD)
     time.sleep(2)  # most of the load published
-    versions = {t: open_table(root / "public" / t).version() for t in QUERIES}
+    versions = {t: open_table(root / prefix / "public" / t).version() for t in QUERIES}
     crashing = job(spark, stack, root, prefix, writer=Crashing(2), max_messages=40)
     with pytest.raises(OSError, match="killed"):
         crashing.run_until_caught_up()
     crashing.close()
-    moved = [t for t in QUERIES if open_table(root / "public" / t).version() != versions[t]]
+    moved = [t for t in QUERIES
+             if open_table(root / prefix / "public" / t).version() != versions[t]]
     assert moved, "the crash came before any commit"
-    assert delta_rows(root, "items", columns("items")) != expected(source, "items")  # mid-load
+    mid_load = delta_rows(root / prefix, "items", columns("items"))
+    assert mid_load != expected(source, "items")
     converge(spark, stack, root, prefix, source)  # the rerun: the unkeyed log has no duplicates
-    items = open_table(root / "public" / "items")
+    items = open_table(root / prefix / "public" / "items")
     assert "note" in items.schema().to_arrow().names  # the added column
     assert items.transaction_version(f"bottler:{prefix}.items:0") is not None
     rebuilt = tmp_path / "rebuilt"  # from offset zero into a fresh path, by the command line
@@ -150,8 +153,8 @@ def test_a_load_with_a_crash_and_a_rerun_equals_the_source(spark, stack, source,
     assert done.returncode == 0, done.stderr[-3000:]
     assert "warehouse load done" in done.stdout
     for table in QUERIES:
-        assert delta_rows(rebuilt, table, columns(table)) == delta_rows(root, table,
-                                                                        columns(table))
+        assert delta_rows(rebuilt / prefix, table, columns(table)) == delta_rows(
+            root / prefix, table, columns(table))
 
 
 def test_an_idle_trigger_runs_no_spark_job_and_costs_next_to_nothing(spark, stack, tmp_path):
@@ -182,7 +185,7 @@ def test_an_idle_trigger_runs_no_spark_job_and_costs_next_to_nothing(spark, stac
         assert idle_cpu < 0.2, f"an idle trigger took {idle_cpu:.3f} CPU s"
     finally:
         job.close()
-    assert not list((tmp_path / "warehouse" / "_bottler_staging").glob("*"))
+    assert not list((tmp_path / "warehouse" / topic.prefix / "_bottler_staging").glob("*"))
 
 
 def test_the_streaming_query_idles_without_spark_jobs_and_resumes_from_delta(spark, stack,

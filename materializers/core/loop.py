@@ -39,6 +39,7 @@ from materializers.core import metrics, poison, positions, watermarks
 from materializers.core.changes import Change, TableId, TopicPartition, table_of
 from materializers.core.decode import DecodeError, Decoder
 from materializers.core.lag import LagTracker
+from materializers.core.ownership import OwnedTopics
 from materializers.core.poison import DeadLetters, PoisonMessage, PoisonPolicy
 from materializers.core.sink import Offsets, OffsetsMoved, Sink
 from schemas.topics import DEAD_LETTER, TRUNCATE, table_topics, with_prefix
@@ -61,10 +62,11 @@ GROUP_SETTINGS = {"session.timeout.ms": 10000, "heartbeat.interval.ms": 1000,
 class Materializer:
     """Feeds a :class:`~materializers.core.sink.Sink` from table topics.
 
-    Reads ``topics`` (a list of table topics) or, without it, every topic under ``prefix`` (the
-    capture's ``--topic-prefix``; regex ``^<prefix>\\..*``, or ``pattern`` to give the regex
-    yourself; new ones are picked up every few seconds), plus the prefix's ``_bottler.truncate``
-    control topic. Other ``_bottler.*`` topics are never read. Partitions are assigned by hand,
+    Reads ``topics`` (a list of table topics) or, without it, the table topics the capture of
+    ``prefix`` (its ``--topic-prefix``) records as its own (ownership.py), or those matching
+    ``pattern`` (a regex, to give them yourself); new ones are picked up every few seconds;
+    plus the prefix's ``_bottler.truncate`` control topic. Other ``_bottler.*`` topics are
+    never read. Partitions are assigned by hand,
     all to this one process (a truncate moves every partition of its table topic); the consumer
     group ``group_id`` only keeps committed offsets, for sinks that do not store their own.
 
@@ -125,7 +127,11 @@ class Materializer:
         self.dead_letter_topic = self.dead_letters.topic
         self.topics = list(topics) if topics is not None else None
         self.pattern = pattern
-        self.is_table_topic = table_topics(prefix, self.topics, pattern)
+        # without topics or a pattern: the capture's own table topics, as it records them
+        self.owned = (OwnedTopics(bootstrap, prefix, self.name)
+                      if self.topics is None and not pattern else None)
+        self.is_table_topic = self.owned or table_topics(prefix, self.topics, pattern)
+        self._subscribed: list[str] = []  # the group subscription (join_group)
         self._consumer_config = {
             **client_config(bootstrap),
             "group.id": group_id,
@@ -209,23 +215,31 @@ class Materializer:
         self._gave_back = False
         self._next_discovery = 0.0
         if self.join_group:
-            self._consumer.subscribe(self._subscription(), on_assign=self._assigned_by_group,
-                                     on_revoke=self._revoked, on_lost=self._revoked)
+            self._subscribe()
         else:
             self._discover()
 
+    def _subscribe(self) -> None:
+        """Join the group with the subscription; again when the capture's topics changed."""
+        subscription = self._subscription()
+        if subscription == self._subscribed:
+            return
+        self._subscribed = subscription
+        self._consumer.subscribe(subscription, on_assign=self._assigned_by_group,
+                                 on_revoke=self._revoked, on_lost=self._revoked)
+
     def _subscription(self) -> list[str]:
-        """The group subscription: the listed table topics or a regex of them (librdkafka
-        takes a name starting with ^ as one), and the truncate topic; partitions of a topic
-        matched but not a table topic (other control topics) are left unassigned."""
+        """The group subscription: the listed table topics, the capture's own, or the pattern
+        (librdkafka takes a name starting with ^ as a regex), and the truncate topic; partitions
+        of a topic matched but not a table topic (other control topics) are left unassigned."""
         if self.topics is not None:
             return [*self.topics, self.truncate_topic]
-        if self.pattern:
-            regex = self.pattern
-        elif self.prefix:
-            regex = "^" + self.prefix.replace(".", "\\.") + "\\..*"
-        else:
-            regex = "^[^_].*"
+        if self.owned is not None:
+            owned = self.owned.refresh()
+            self._next_discovery = time.monotonic() + (
+                DISCOVERY_INTERVAL if self.owned.complete else 1.0)
+            return [*sorted(owned), self.truncate_topic]
+        regex = self.pattern
         return [regex if regex.startswith("^") else "^" + regex, self.truncate_topic]
 
     def _assigned_by_group(self, consumer: Consumer,
@@ -264,6 +278,10 @@ class Materializer:
             return
         self._next_discovery = now + DISCOVERY_INTERVAL
         metadata = self._consumer.list_topics(timeout=10)
+        if self.owned is not None:
+            self.owned.refresh(metadata.topics)
+            if not self.owned.complete:  # read the rest soon: not caught up before
+                self._next_discovery = now + 1.0
         new = [
             KafkaTopicPartition(topic, p)
             for topic, meta in metadata.topics.items()
@@ -287,6 +305,9 @@ class Materializer:
             self._bar.stop()
             self._bar = None
         self.dead_letters.close()
+        if self.owned is not None:
+            self.owned.close()
+        self._subscribed = []
         if self._consumer is not None:
             self._commit_pending(asynchronous=False)
             try:
@@ -336,6 +357,8 @@ class Materializer:
         generation = self._generation
         if not self.join_group:
             self._discover()
+        elif self.owned is not None and time.monotonic() >= self._next_discovery:
+            self._subscribe()  # a table the capture added since: a new subscription
         messages = self._consumer.consume(self.batch_size, timeout)
         self._keeping_up = len(messages) < self.batch_size
         if generation != self._generation:  # a rebalance within the consume
@@ -350,7 +373,8 @@ class Materializer:
             self._settled()
             self._past_markers()
         self._refresh_watermarks(force=self._keeping_up)
-        self.tracker.check()
+        if self.owned is None or self.owned.complete:  # else its topics are not all known
+            self.tracker.check()
         if not self._gave_back and self.caught_up.is_set():
             self._gave_back = True
             gctune.give_back()  # the backlog's fetch buffers, freed by now

@@ -5,7 +5,10 @@ it created there. Only those columns are ever dropped (the source dropped them) 
 source changed their type); every other column, and every row of a table the replica did not
 create, is the user's. A table that already exists when the replica first meets it is *adopted*
 (recorded, its columns left as they are) when it is empty, or when ``--adopt-existing`` says its
-rows may be overwritten; otherwise the replica stops with :class:`TargetConflict`. Before
+rows may be overwritten; otherwise the replica stops with :class:`TargetConflict`. It also
+records the topic that feeds each table: a second topic naming the same table (another
+capture's same-named table, its prefix aside, sent to the same target) is refused with
+:class:`TargetConflict` (:func:`check_feed`) rather than mixing two sources' rows. Before
 writing into an existing table, :func:`conflicts` checks that the replica can: the source's key
 has a unique index, every column it does not fill may be left null, every column it fills takes
 the source's values.
@@ -26,6 +29,11 @@ OWNERSHIP_DDL = [
     "create table if not exists bottler.replica_tables (schema_name text not null,"
     " table_name text not null, adopted boolean not null, columns text[] not null,"
     " primary key (schema_name, table_name))",
+    # the topic feeding the table (null: recorded before topics were; the next write fills it).
+    # Altered only when missing: ALTER TABLE would lock out the other instances' batches.
+    "do $$ begin if not exists (select from pg_attribute where attrelid ="
+    " 'bottler.replica_tables'::regclass and attname = 'topic' and not attisdropped) then"
+    " alter table bottler.replica_tables add column topic text; end if; end $$",
 ]
 ADOPT_FLAG = "--adopt-existing"
 
@@ -48,13 +56,37 @@ def load(conn: psycopg.Connection, table: TableId) -> Ownership | None:
     return None if row is None else Ownership(row[0], frozenset(row[1]))
 
 
-def record(conn: psycopg.Connection, table: TableId, owned: Ownership) -> None:
+def record(conn: psycopg.Connection, table: TableId, owned: Ownership,
+           topic: str | None = None) -> None:
     conn.execute(
-        "insert into bottler.replica_tables (schema_name, table_name, adopted, columns)"
-        " values (%s, %s, %s, %s) on conflict (schema_name, table_name)"
-        " do update set adopted = excluded.adopted, columns = excluded.columns",
-        (table.schema, table.table, owned.adopted, sorted(owned.columns)),
+        "insert into bottler.replica_tables (schema_name, table_name, adopted, columns, topic)"
+        " values (%s, %s, %s, %s, %s) on conflict (schema_name, table_name)"
+        " do update set adopted = excluded.adopted, columns = excluded.columns,"
+        " topic = coalesce(bottler.replica_tables.topic, excluded.topic)",
+        (table.schema, table.table, owned.adopted, sorted(owned.columns), topic),
     )
+
+
+def check_feed(conn: psycopg.Connection, table: TableId, topic: str,
+               seen: str | None = None) -> None:
+    """Refuse ``topic`` as a source of ``table`` when another topic feeds it: recorded in
+    bottler.replica_tables, or ``seen`` feeding it in this run. A table recorded without a
+    topic (before topics were recorded) takes this one."""
+    row = conn.execute("select topic from bottler.replica_tables"
+                       " where schema_name = %s and table_name = %s",
+                       (table.schema, table.table)).fetchone()
+    feeder = row[0] if row is not None and row[0] is not None else seen
+    if feeder is not None and feeder != topic:
+        raise TargetConflict(
+            f"target table {table} is fed by topic {feeder}, and topic {topic} names the same"
+            " table: two captures' tables of one name cannot share a target table",
+            "give each capture's replica its own target database, or read only one of the"
+            " topics (--topic)",
+        )
+    if row is not None and row[0] is None:
+        conn.execute("update bottler.replica_tables set topic = %s"
+                     " where schema_name = %s and table_name = %s",
+                     (topic, table.schema, table.table))
 
 
 def claim(conn: psycopg.Connection, table: TableId, adopt_existing: bool) -> Ownership:

@@ -201,6 +201,9 @@ class Seeder:
             metadata = consumer.list_topics(timeout=10)
         finally:
             consumer.close()
+        refresh = getattr(self.is_table_topic, "refresh", None)  # the capture's own topics
+        if refresh is not None:
+            refresh(metadata.topics)
         return {t: sorted(m.partitions) for t, m in metadata.topics.items()
                 if self.is_table_topic(t)}
 

@@ -89,6 +89,7 @@ class _Segment:
     key_schema: dict | None = None
     rows: dict[Any, Change] = field(default_factory=dict)  # keyed: identity -> last change
     appended: list[Change] = field(default_factory=list)  # unkeyed upserts, in order
+    topic: str | None = None  # the table topic its changes come from (None: a seed's)
 
 
 DDL_LOCK = 0x626F74746C6572  # "bottler": the advisory lock of table creation and evolution
@@ -142,6 +143,7 @@ class PostgresSink:
         self.flushes = 0
         self._conn = connect(target_dsn, application_name=APPLICATION_NAME)
         self._tables: dict[TableId, _Table] = {}
+        self._feeds: dict[TableId, str] = {}  # the topic feeding each table (ownership.py)
         self._builtin: dict[str, bool] = {}
         self._stage = 0
         self._segments = 0  # keyed segments applied, the clock of the direct COPY's back-off
@@ -267,6 +269,10 @@ class PostgresSink:
                 self._apply_all(segments)
                 self._truncate(change.table)
                 continue
+            if self._feeds.get(change.table) != change.topic:
+                ownership.check_feed(self._conn, change.table, change.topic,
+                                     self._feeds.get(change.table))
+                self._feeds[change.table] = change.topic
             segment = segments.get(change.table)
             if (segment is not None and change.op == "upsert"
                     and segment.value_schema_id is not None
@@ -274,7 +280,7 @@ class PostgresSink:
                 self._apply(segments.pop(change.table))  # a new schema version: a barrier
                 segment = None
             if segment is None:
-                segment = segments[change.table] = _Segment(change.table)
+                segment = segments[change.table] = _Segment(change.table, topic=change.topic)
             if change.op == "upsert":
                 segment.value_schema = change.value_schema
                 segment.value_schema_id = change.value_schema_id
@@ -460,7 +466,7 @@ class PostgresSink:
         mine = (owned.columns & wanted) | (wanted - have)
         if existing is None or mine != owned.columns:
             ownership.record(self._conn, segment.table,
-                             ownership.Ownership(owned.adopted, frozenset(mine)))
+                             ownership.Ownership(owned.adopted, frozenset(mine)), segment.topic)
         known = self._describe(segment.table, desired, schema, segment.value_schema_id)
         self._tables[segment.table] = known
         return known
@@ -524,6 +530,7 @@ class PostgresSink:
         """Discard the open transaction and everything known of the tables in it."""
         self._writing = {}
         self._tables.clear()
+        self._feeds.clear()
         self._builtin.clear()
         if self._conn.closed:
             self._conn = connect(self.target_dsn, application_name=APPLICATION_NAME)

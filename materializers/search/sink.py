@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
+from common.errors import BottlerError
 from materializers.core.changes import Change, TableId, TopicPartition
 from materializers.core.sink import Offsets, RejectedChange
 from materializers.search import indices
@@ -112,6 +113,7 @@ class SearchSink:
         self._pending_offsets: dict[TopicPartition, int] = {}
         self._pending_layouts: dict[int, Layout] = {}
         self._pending_evolutions: dict[TableId, Evolution] = {}
+        self._feeds: dict[TableId, str] = {}  # the topic each table's documents come from
 
     # -- the Sink protocol --------------------------------------------------------------
 
@@ -128,6 +130,11 @@ class SearchSink:
             if change.op == "truncate":
                 staged.append(_Truncate(change.table))
                 continue
+            if self._feeds.setdefault(change.table, change.topic) != change.topic:
+                raise BottlerError(
+                    f"index {self.index}: topics {self._feeds[change.table]} and {change.topic}"
+                    f" both hold table {change.table}: their documents would share ids",
+                    "give each capture its own --index (or read only one of the topics)")
             if change.op == "upsert" and change.value_schema is not None:
                 fill = self._fill_for(change, layouts, evolutions)
                 if fill is not None:

@@ -5,7 +5,8 @@ The micro-batches are a Structured Streaming query (stream.py): ``--once`` with
 gives each batch's end offsets (a trigger with nothing new runs no batch, no Spark job) and
 ``foreachBatch`` runs :meth:`WarehouseJob.batch` up to them. Per micro-batch, on the driver:
 
-1. the table topics (``--topic``, or every topic under the prefix) and their partitions; where
+1. the table topics (``--topic``, or those the capture of the prefix owns: core/ownership.py)
+   and their partitions; where
    each starts: the offsets the Delta tables recorded (:meth:`DeltaSink.stored_offsets`);
 2. the truncate control topic's new events, read here (a handful): each moves its table
    topic's partitions to the truncate's barrier, and a partition whose log lost its end is
@@ -52,6 +53,7 @@ from common.registry import Registry
 from materializers.core import metrics, poison, positions, watermarks
 from materializers.core.changes import Change, TopicPartition, table_of
 from materializers.core.decode import DecodeError
+from materializers.core.ownership import OwnedTopics
 from materializers.core.poison import DeadLetters
 from materializers.core.sink import Sink
 from materializers.warehouse import jvm, kafka, staging, stream
@@ -95,11 +97,23 @@ def spark_session(master: str = "local[2]", app: str = "bottler-warehouse"):
 
 def discover(consumer: Consumer, is_table_topic, truncate_topic: str) -> list[TopicPartition]:
     """The partitions the job reads: its table topics' and the truncate topic's (run by the
-    driver and by the stream's planner, stream.py)."""
+    driver and by the stream's planner, stream.py, each with its own copy of the capture's
+    ownership records when the job has no --topic)."""
     metadata = consumer.list_topics(timeout=10)
+    if isinstance(is_table_topic, OwnedTopics):
+        is_table_topic.refresh(metadata.topics)
     return sorted((topic, p) for topic, meta in metadata.topics.items()
                   if topic == truncate_topic or is_table_topic(topic)
                   for p in meta.partitions)
+
+
+def prefix_root(path: str | Path, prefix: str) -> Path:
+    """Where a capture's Delta tables go: ``<path>/<prefix>/<schema>/<table>`` (its offsets and
+    staging beside them), so two captures' same-named tables never share one; directly under
+    ``<path>`` for the empty prefix."""
+    if not prefix:
+        return Path(path)
+    return Path(path) / (prefix if prefix not in (".", "..") else f"%{prefix}")
 
 
 @dataclass
@@ -126,7 +140,8 @@ class WarehouseJob:
         self.dead_letters = DeadLetters(on_poison, name=name, bootstrap=bootstrap,
                                         topic=with_prefix(prefix, DEAD_LETTER))
         self.spark = spark
-        self.sink = sink if sink is not None else DeltaSink(path, writer or writer_for(spark))
+        self.sink = sink if sink is not None else DeltaSink(prefix_root(path, prefix),
+                                                            writer or writer_for(spark))
         self.bootstrap, self.registry = bootstrap, registry
         self.prefix = prefix
         self.topics = list(topics) if topics else None
@@ -135,7 +150,9 @@ class WarehouseJob:
         self.name = name
         self.truncate_topic = with_prefix(prefix, TRUNCATE)
         self.dead_letter_topic = self.dead_letters.topic
-        self._is_table_topic = table_topics(prefix, self.topics)
+        # without --topic: the table topics the capture records as its own
+        self._owned = OwnedTopics(bootstrap, prefix, name) if self.topics is None else None
+        self._is_table_topic = self._owned or table_topics(prefix, self.topics)
         self.decoder = decoder(registry)
         self._consumer = Consumer({**client_config(bootstrap),
                                    "group.id": "bottler-warehouse-planner"})
@@ -143,6 +160,8 @@ class WarehouseJob:
         self._connector: bool | None = None  # Spark's Kafka connector on the classpath
 
     def close(self) -> None:
+        if self._owned is not None:
+            self._owned.close()
         self._consumer.close()
         self.dead_letters.close()
         self.sink.close()
@@ -164,7 +183,9 @@ class WarehouseJob:
         """The query (stream.py): its source's offsets start where the tables stand, and
         ``foreachBatch`` runs :meth:`batch` up to each batch's end offsets."""
         partitions = self._partitions()
-        while self._watermarks(partitions) is None:  # the broker restarting: wait for it
+        # the broker restarting, or the capture's topic ownership not read to the end yet
+        while self._watermarks(partitions) is None or (self._owned is not None
+                                                       and not self._owned.complete):
             if (stop or threading.Event()).wait(1.0):
                 return BatchResult()
             partitions = self._partitions()

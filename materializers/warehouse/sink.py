@@ -55,10 +55,12 @@ def _safe(name: str) -> str:
 
 
 def delta_tables(root: Path) -> list[Path]:
-    """The Delta tables under ``root`` (``<schema>/<table>``), the offsets table left out."""
+    """The Delta tables under ``root`` (``<schema>/<table>``), the offsets table left out, and
+    those of a prefix's subdirectory (``<prefix>/_bottler_offsets``, job.prefix_root) too."""
     if not root.is_dir():
         return []
-    return sorted(p.parent for p in root.glob("*/*/_delta_log") if p.is_dir())
+    return sorted(p.parent for p in root.glob("*/*/_delta_log")
+                  if p.is_dir() and p.parent.name != OFFSETS_TABLE)
 
 
 class DeltaSink:

@@ -1,0 +1,160 @@
+"""Which table topics a view reads when it is given no ``--topic``: exactly those its capture
+records as its own in ``[prefix.]_bottler.capture`` (schemas/ownership.py). So a view never
+reads another prefix's topics, nor a topic bottler did not write, the empty prefix included.
+
+:class:`OwnedTopics` is the ``topic -> bool`` predicate every loop filters the broker's topics
+with; :meth:`OwnedTopics.refresh`, called with each look for new topics, reads the records the
+capture added since (a table it started capturing later). A capture that predates the records
+has written none: the view then reads nothing and says so in one line, until the capture is
+restarted with a version that writes them (or the view is given its topics with ``--topic``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Collection
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from common.kafka import Connection, client_config
+from schemas import ownership
+from schemas.topics import STATE, with_prefix
+
+log = logging.getLogger(__name__)
+
+_MISSING = (KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART,
+            KafkaError._UNKNOWN_TOPIC)
+
+
+class OwnedTopics:
+    """``topic -> bool``: is ``topic`` a table topic of the capture of ``prefix``?"""
+
+    def __init__(self, bootstrap: Connection, prefix: str, name: str):
+        self.bootstrap = bootstrap
+        self.prefix = prefix
+        self.name = name
+        self.topic = with_prefix(prefix, STATE)
+        self.owned: dict[str, dict] = {}  # topic -> its ownership record
+        self._records: dict[str, dict] = {}  # key -> latest ownership record
+        self._consumer: Consumer | None = None
+        self._assigned = False  # the consumer reads the control topic
+        self._position = 0
+        # the records were read to the end once: until then the view is not caught up
+        self.complete = False
+        self._said: str | None = None  # the last situation logged, so each is said once
+
+    def __call__(self, topic: str) -> bool:
+        return topic in self.owned
+
+    def __getstate__(self) -> dict:
+        """Pickled (the warehouse's stream planner runs in a process of its own): a reader that
+        starts afresh there, with a consumer of its own."""
+        fresh = OwnedTopics(self.bootstrap, self.prefix, self.name)
+        return dict(fresh.__dict__)
+
+    def refresh(self, existing: Collection[str] | None = None) -> set[str]:
+        """Read the records added since the last refresh; the owned topics. ``existing``: the
+        broker's topics, when the caller has them (else they are asked for: the control topic is
+        never asked for by name, which would make a broker that creates topics on demand create
+        it, without the capture's settings)."""
+        if existing is None:
+            try:
+                existing = self._client().list_topics(timeout=10).topics
+            except KafkaException as exc:
+                log.debug("%s: cannot list topics now: %s", self.name, exc.args[0].str())
+                return set(self.owned)
+        if self.topic not in existing:
+            if self._assigned:  # deleted (the capture retired): a new one is read anew
+                self._consumer.unassign()
+                self._assigned, self._position = False, 0
+                self._records.clear()
+                self.owned = {}
+            self._say("absent", logging.INFO,
+                      "%s: no capture of prefix %s on the broker yet (no topic %s): reading no "
+                      "table topic until it starts", self.name, self._shown(), self.topic)
+            self.complete = True  # nothing to read: caught up with nothing, as before
+            return set(self.owned)
+        try:
+            self._read()
+        except KafkaException as exc:  # the broker restarting: the set stays as it was
+            if exc.args[0].code() in _MISSING:
+                self._say("absent", logging.INFO,
+                          "%s: no capture of prefix %s on the broker yet (no topic %s): reading "
+                          "no table topic until it starts", self.name, self._shown(), self.topic)
+                return set(self.owned)
+            log.debug("%s: cannot read %s now: %s", self.name, self.topic, exc.args[0].str())
+            return set(self.owned)
+        if not self.owned:
+            self._say("none", logging.WARNING,
+                      "%s: no topic ownership records in %s yet: if the capture of prefix %s "
+                      "is of an earlier version of bottler, restart it with this one (it records "
+                      "its table topics there), or give the topics with --topic; reading no "
+                      "table topic until then", self.name, self.topic, self._shown())
+        else:
+            self._say(f"{len(self.owned)}", logging.INFO,
+                      "%s: reading the %d table topic(s) the capture of prefix %s owns",
+                      self.name, len(self.owned), self._shown())
+        return set(self.owned)
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    def _client(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(client_config(
+                self.bootstrap, **{"group.id": f"bottler-ownership-{uuid.uuid4().hex}",
+                                   "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                   "enable.partition.eof": False}))
+            self._assigned = False
+        return self._consumer
+
+    def _read(self) -> None:
+        if not (self._consumer is not None and self._assigned):
+            self._client().assign([TopicPartition(self.topic, 0, self._position)])
+            self._assigned = True
+        partition = TopicPartition(self.topic, 0)
+        _, high = self._consumer.get_watermark_offsets(partition, timeout=10, cached=False)
+        if high < self._position:  # the topic was deleted and created again: read it anew
+            self._records.clear()
+            self._position = 0
+            self._consumer.seek(TopicPartition(self.topic, 0, 0))
+        deadline = time.monotonic() + 10
+        while self._position < high:
+            msg = self._consumer.poll(0.5)
+            if msg is None:
+                # past a compacted tail the client's position moves on with no message
+                at = self._consumer.position([partition])[0].offset
+                self._position = max(self._position, at)
+                if self._position < high and time.monotonic() > deadline:
+                    break  # read on at the next refresh
+                continue
+            if msg.error():
+                log.debug("%s: %s: %s", self.name, self.topic, msg.error().str())
+                continue
+            self._position = msg.offset() + 1
+            key = (msg.key() or b"").decode(errors="replace")
+            if not key.startswith(ownership.KEY_PREFIX):
+                continue  # the capture's progress records
+            try:
+                value = json.loads(msg.value()) if msg.value() else None
+            except ValueError:
+                continue  # not the capture's: nothing to learn from it
+            if value is None:
+                self._records.pop(key, None)
+            elif ownership.is_record(key, value):
+                self._records[key] = value
+        self.owned = ownership.owned(self._records)
+        self.complete = self.complete or self._position >= high
+
+    def _shown(self) -> str:
+        return self.prefix or "(empty)"
+
+    def _say(self, situation: str, level: int, message: str, *args) -> None:
+        if situation != self._said:
+            self._said = situation
+            log.log(level, message, *args)
