@@ -40,6 +40,7 @@ from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from common import seedlock
 from common.errors import BottlerError
 from common.kafka import Connection, client_config
 from common.pg import connect
@@ -69,6 +70,7 @@ class _Table:
     id: TableId
     columns: list[str] = field(default_factory=list)
     chunks: int = 0
+    binary: bool = False  # COPY in binary format (see _prepare)
     rows: int = 0
     failed: str | None = None
 
@@ -91,6 +93,7 @@ class Seeder:
         self.stop = stop or threading.Event()
         self.group_id = sink.group_id
         self.rows = 0  # rows copied by this run
+        self.same_version = False  # source and target of one major version (binary COPY)
 
     def run(self) -> None:
         """Seed what is still to seed; returns at once for a target seeded (or run) before.
@@ -250,13 +253,18 @@ class Seeder:
                   pending}
         sources: list[psycopg.Connection] = []
         targets: list[psycopg.Connection] = []
+        marker = self._connect(self.source_dsn)
         try:
+            marker.autocommit = True
+            seedlock.hold(marker)  # the capture's snapshot waits until the copy ends
             skip_below, snapshot_lsn = self._snapshot(sources)
             log.info("seed: snapshot at %s (copying %d tables with %d workers)",
                      _lsn_text(snapshot_lsn), len(pending), self.workers)
             for _ in range(self.workers):
                 targets.append(self._connect(self.sink.target_dsn))
             chunks = []
+            self.same_version = (sources[0].info.server_version // 10000
+                                 == targets[0].info.server_version // 10000)
             for table in pending:
                 chunks += self._prepare(sources[0], targets[0], table)
             done = _Progress(self, skip_below, snapshot_lsn, starts, pending)
@@ -269,7 +277,7 @@ class Seeder:
                     future.result()
             done.finish_failed(targets[0])
         finally:
-            for conn in sources + targets:
+            for conn in sources + targets + [marker]:
                 conn.close()
         elapsed = time.monotonic() - started
         log.info("seed: copied %d rows of %d tables in %.1f s (%.0f rows/s)", self.rows,
@@ -325,10 +333,12 @@ class Seeder:
                  table: _Table) -> list[tuple[_Table, int, int | None]]:
         """The target table ready and empty, and the page ranges to copy; none if the table
         cannot be seeded (then marked so, and read from its topic)."""
-        columns = source.execute(
-            "select a.attname, format_type(a.atttypid, a.atttypmod) from pg_attribute a"
+        found = source.execute(
+            "select a.attname, format_type(a.atttypid, a.atttypmod), a.atttypid < 16384"
+            " from pg_attribute a"
             " where a.attrelid = to_regclass(%s) and a.attnum > 0 and not a.attisdropped"
             " and a.attgenerated = '' order by a.attnum", (qualified(table.id),)).fetchall()
+        columns = [(name, type_) for name, type_, _ in found]
         if not columns:
             table.failed = "the table is not in the source's snapshot"
             return []
@@ -349,6 +359,13 @@ class Seeder:
                                 f" {source_types[column]} in the source")
                 return []
         table.columns = [column for column, _ in made]
+        # Binary COPY skips formatting and parsing every value (about a quarter faster), but
+        # it is exact only between servers of one major version, for the same types, and for
+        # built-in ones (binary arrays and records carry type OIDs, which differ between
+        # databases for types users create); otherwise text, as pg_dump uses.
+        table.binary = (self.same_version and all(builtin for _, _, builtin in found)
+                        and all(target_type == source_types[column]
+                                for column, target_type in made))
         target.execute(f"truncate {qualified(table.id)}")  # an unfinished attempt's rows
         target.commit()
         pages = source.execute(
@@ -373,12 +390,14 @@ class Seeder:
                 continue
             columns = ", ".join(quote(c) for c in table.columns)
             where = f"ctid >= '({lo},0)'::tid" + (f" and ctid < '({hi},0)'::tid" if hi else "")
+            form = " (format binary)" if table.binary else ""
             try:
                 with source.cursor().copy(
                     f"copy (select {columns} from {qualified(table.id)} where {where})"
-                    " to stdout"
+                    f" to stdout{form}"
                 ) as out, target.cursor() as cur:
-                    with cur.copy(f"copy {qualified(table.id)} ({columns}) from stdin") as inp:
+                    with cur.copy(f"copy {qualified(table.id)} ({columns}) from stdin{form}"
+                                  ) as inp:
                         for data in out:
                             inp.write(data)
                     rows = cur.rowcount

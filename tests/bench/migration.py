@@ -18,6 +18,7 @@ its raw ceiling in the same run:
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -87,7 +88,29 @@ def _pg_dump(dsn: str, table: str, rows: int) -> Figure:
                          "pipe; the initial copy's ceiling"])
 
 
-def _seeded(dsn, bootstrap, env, table, rows, dump, cpu_roots):
+# (process, what, log line): the seeded copy's steps, timed from the capture's start
+TIMELINE = [
+    ("capture", "capture's first log line", r"."),
+    ("capture", "slot created, snapshot exported", r"created slot"),
+    ("replica", "replica's first log line", r"."),
+    ("replica", "seed's snapshot taken", r"seed: snapshot at"),
+    ("replica", "seed's table copied", r"seed: \S+: \d+ rows copied"),
+    ("replica", "seed done", SEED_DONE),
+]
+
+
+def timeline(start: float, procs: dict) -> str:
+    """When each step of TIMELINE happened, in seconds after ``start``."""
+    steps = []
+    for name, what, pattern in TIMELINE:
+        regex = re.compile(pattern)
+        at = next((t for t, line in procs[name].lines if regex.search(line)), None)
+        if at is not None:
+            steps.append(f"{what} {at - start:.1f}")
+    return "steps (s after the capture's start): " + ", ".join(steps)
+
+
+def _seeded(dsn, bootstrap, env, table, rows, dump, cpu_roots, cutover=True):
     say("migration: initial copy, seeded (--seed-from)")
     target = _database(dsn, "bench_migrate_seed")
     drop_slot(dsn, PREFIX)
@@ -104,6 +127,7 @@ def _seeded(dsn, bootstrap, env, table, rows, dump, cpu_roots):
         seeded_at, _ = replica.wait_line(SEED_DONE, timeout=600)
         cpu = meter.note()
         elapsed = seeded_at - capture.started_at
+        steps = timeline(capture.started_at, {"capture": capture, "replica": replica})
         capture.wait_line(SNAPSHOT_DONE, timeout=600)
         caught_up = _wait(lambda: status(dsn, target, bootstrap, PREFIX, group=GROUP,
                                          tables=[table]).caught_up, 600)
@@ -117,7 +141,9 @@ def _seeded(dsn, bootstrap, env, table, rows, dump, cpu_roots):
                    "replica's 'seed: copied' line (capture and replica started together; "
                    "verified equal afterwards); caught up with the capture's snapshot in the "
                    f"topics {caught_up - capture.started_at:.1f} s after the capture's start",
-                   cpu])
+                   steps, cpu])
+        if not cutover:
+            return seeded, None, []
         cut = _cutover(dsn, target, bootstrap, replica)
         checked = _verify_rate(dsn, target, table, rows)
     finally:
