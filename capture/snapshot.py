@@ -157,6 +157,9 @@ def copy_tables(
     ]
     remaining = {c.id for c in chunks}
     done: dict[str, int] = dict.fromkeys(estimates, 0)
+    yielder = _SeedYield(dsn, report=lambda s: _handle(("yielded", s), remaining, done))
+    yielder(stop)  # no workers start while a seed copies
+    yielder.close()
     started = time.monotonic()
     try:
         with _progress() as bar:
@@ -209,8 +212,8 @@ def _handle(message, remaining, done, bar=None, tasks_bar=None) -> None:
     elif kind == "done":
         remaining.discard(rest[0])
     elif kind == "yielded":
-        log.info("snapshot: a worker waited %.1f s for a replica's seed copying from the"
-                 " source", rest[0])
+        log.info("snapshot: waited %.1f s for a replica's seed copying from the source",
+                 rest[0])
     else:  # "error"
         raise BottlerError(*rest)
 
@@ -351,10 +354,16 @@ class _SeedYield:
     often, it looks at most every YIELD_CHECK seconds, on a connection of its own (the worker's
     is busy with its COPY). Not being able to look is no reason to stop the snapshot."""
 
-    def __init__(self, dsn: str):
+    def __init__(self, dsn: str, report=None):
         self.dsn = dsn
+        self.report = report or (lambda seconds: _worker["progress"].put(("yielded", seconds)))
         self.conn = None
         self.looked = 0.0
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        self.conn = None
 
     def __call__(self, halt) -> None:
         if time.monotonic() - self.looked < YIELD_CHECK:
@@ -367,9 +376,7 @@ class _SeedYield:
                 waited = waited or time.monotonic()
                 halt.wait(YIELD_WAIT)
         except (BottlerError, psycopg.Error):
-            if self.conn is not None:
-                self.conn.close()
-            self.conn = None
+            self.close()
         self.looked = time.monotonic()
         if waited is not None:
-            _worker["progress"].put(("yielded", self.looked - waited))
+            self.report(self.looked - waited)

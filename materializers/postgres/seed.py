@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 SEED_WORKERS = 2  # parallel COPY streams: about the best on 2 cores (docs/migration.md)
 CHUNK_PAGES = 2048  # 8 kB pages per range: 16 MB, a fraction of a second to copy
 CAPTURE_WAIT_LOG = 10.0  # seconds between "waiting for the capture" lines
+CAPTURE_POLL = 0.05  # seconds between looks at the capture's records
 
 
 class Stopped(Exception):  # noqa: N818 - a stop request, not an error
@@ -94,27 +95,43 @@ class Seeder:
         self.group_id = sink.group_id
         self.rows = 0  # rows copied by this run
         self.same_version = False  # source and target of one major version (binary COPY)
+        self.marker: psycopg.Connection | None = None  # holds the seed's lock (_mark)
+        self.capture_state: dict[str, dict | None] = {}  # the capture's records, by key
+        self.read_state = 0  # the next offset of them to read
 
     def run(self) -> None:
         """Seed what is still to seed; returns at once for a target seeded (or run) before.
         Raises :class:`Stopped` if the stop event is set meanwhile."""
-        with self._target() as conn:
-            recorded = conn.execute(
-                "select topic, schema_name, table_name, state from bottler.seeds"
-                " where group_id = %s", (self.group_id,)).fetchall()
-            if not recorded:
-                stored = conn.execute("select 1 from bottler.offsets where group_id = %s"
-                                      " limit 1", (self.group_id,)).fetchone()
-                if stored:
-                    log.info("seed: the replica has stored offsets in this target already"
-                             " (group %s): not seeded, it goes on from the topics",
-                             self.group_id)
-                    return
-                recorded = self._plan(conn)
-        pending = [_Table(topic, TableId(schema, table))
-                   for topic, schema, table, state in recorded if state == COPYING]
-        if pending:
-            self._copy(pending)
+        try:
+            with self._target() as conn:
+                recorded = conn.execute(
+                    "select topic, schema_name, table_name, state from bottler.seeds"
+                    " where group_id = %s", (self.group_id,)).fetchall()
+                if not recorded:
+                    stored = conn.execute("select 1 from bottler.offsets where group_id = %s"
+                                          " limit 1", (self.group_id,)).fetchone()
+                    if stored:
+                        log.info("seed: the replica has stored offsets in this target already"
+                                 " (group %s): not seeded, it goes on from the topics",
+                                 self.group_id)
+                        return
+                    recorded = self._plan(conn)
+            pending = [_Table(topic, TableId(schema, table))
+                       for topic, schema, table, state in recorded if state == COPYING]
+            if pending:
+                self._copy(pending)
+        finally:
+            if self.marker is not None:
+                self.marker.close()  # the capture's snapshot goes on
+                self.marker = None
+
+    def _mark(self) -> None:
+        """From now until the copy ends, the capture's snapshot workers wait (common.seedlock):
+        from when the capture starts its snapshot, so that they do not even start meanwhile."""
+        if self.marker is None:
+            self.marker = self._connect(self.source_dsn)
+            self.marker.autocommit = True
+            seedlock.hold(self.marker)
 
     def _target(self) -> psycopg.Connection:
         return _session(self.sink.target_dsn)
@@ -158,44 +175,48 @@ class Seeder:
         names a snapshot with its layout (written after both), or one complete or skipped."""
         topic = with_prefix(self.prefix, STATE)
         said = 0.0
-        while not self._capture_ready(topic):
-            if time.monotonic() - said >= CAPTURE_WAIT_LOG:
-                log.info("seed: waiting for the capture (prefix %r) to create its slot and"
-                         " topics (%s)", self.prefix, topic)
-                said = time.monotonic()
-            if self.stop.wait(0.2):
-                raise Stopped()
+        consumer = self._consumer()
+        try:
+            while not self._capture_ready(consumer, topic):
+                if time.monotonic() - said >= CAPTURE_WAIT_LOG:
+                    log.info("seed: waiting for the capture (prefix %r) to create its slot and"
+                             " topics (%s)", self.prefix, topic)
+                    said = time.monotonic()
+                if self.stop.wait(CAPTURE_POLL):
+                    raise Stopped()
+        finally:
+            consumer.close()
 
     def _consumer(self) -> Consumer:
         """A consumer that only looks (watermarks, metadata, the capture's records)."""
         return Consumer(client_config(self.bootstrap, **{
             "enable.auto.commit": False, "group.id": f"bottler-seed-{uuid.uuid4().hex}"}))
 
-    def _capture_ready(self, topic: str) -> bool:
-        consumer = self._consumer()
+    def _capture_ready(self, consumer: Consumer, topic: str) -> bool:
+        """Reads the capture's records (from where the last look ended); a snapshot starting
+        marks the seed (``_mark``), one with its layout (or complete, or skipped) is ready."""
+        tp = KafkaTopicPartition(topic, 0, 0)
         try:
-            tp = KafkaTopicPartition(topic, 0, 0)
-            try:
-                _, high = consumer.get_watermark_offsets(tp, timeout=10)
-            except KafkaException:
-                return False  # no such topic yet
-            if high <= 0:
+            _, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+        except KafkaException:
+            return False  # no such topic yet
+        if high <= self.read_state:
+            return False
+        if not consumer.assignment():
+            consumer.assign([KafkaTopicPartition(topic, 0, self.read_state)])
+        while self.read_state < high:
+            msg = consumer.poll(10)
+            if msg is None or msg.error():
                 return False
-            consumer.assign([tp])
-            state: dict[str, dict | None] = {}
-            position = 0
-            while position < high:
-                msg = consumer.poll(10)
-                if msg is None or msg.error():
-                    return False
-                position = msg.offset() + 1
-                key = (msg.key() or b"").decode()
-                if "/" not in key:
-                    state[key] = json.loads(msg.value()) if msg.value() else None
-            return any(s and (s.get("snapshot") in ("complete", "skipped") or "layout" in s)
-                       for s in state.values())
-        finally:
-            consumer.close()
+            self.read_state = msg.offset() + 1
+            key = (msg.key() or b"").decode()
+            if "/" not in key:
+                self.capture_state[key] = json.loads(msg.value()) if msg.value() else None
+        states = [s for s in self.capture_state.values() if s]
+        if any(s.get("snapshot") == "started" for s in states):
+            self._mark()
+        return any(s.get("snapshot") in ("complete", "skipped") or "layout" in s
+                   for s in states)
 
     def _topics(self) -> dict[str, list[int]]:
         """The table topics and their partitions."""
@@ -253,10 +274,8 @@ class Seeder:
                   pending}
         sources: list[psycopg.Connection] = []
         targets: list[psycopg.Connection] = []
-        marker = self._connect(self.source_dsn)
         try:
-            marker.autocommit = True
-            seedlock.hold(marker)  # the capture's snapshot waits until the copy ends
+            self._mark()
             skip_below, snapshot_lsn = self._snapshot(sources)
             log.info("seed: snapshot at %s (copying %d tables with %d workers)",
                      _lsn_text(snapshot_lsn), len(pending), self.workers)
@@ -277,7 +296,7 @@ class Seeder:
                     future.result()
             done.finish_failed(targets[0])
         finally:
-            for conn in sources + targets + [marker]:
+            for conn in sources + targets:
                 conn.close()
         elapsed = time.monotonic() - started
         log.info("seed: copied %d rows of %d tables in %.1f s (%.0f rows/s)", self.rows,
