@@ -40,7 +40,7 @@ from tests.bench.report import Figure, Target
 
 PREFIX = "bench_migrate"
 GROUP = "bench-migrate"
-SEED_DONE = r"seed: copied (\d+) rows"
+SEED_DONE = r"seed: copied (\d+) rows of \d+ tables in ([\d.]+) s"
 POLL = 0.1  # seconds between looks at the target's row count (rebuild)
 
 
@@ -124,7 +124,7 @@ def _seeded(dsn, bootstrap, env, table, rows, dump, cpu_roots, cutover=True):
         meter = CpuMeter(cpu_roots).start()
         capture.start()
         replica.start()
-        seeded_at, _ = replica.wait_line(SEED_DONE, timeout=600)
+        seeded_at, done = replica.wait_line(SEED_DONE, timeout=600)
         cpu = meter.note()
         elapsed = seeded_at - capture.started_at
         steps = timeline(capture.started_at, {"capture": capture, "replica": replica})
@@ -141,7 +141,8 @@ def _seeded(dsn, bootstrap, env, table, rows, dump, cpu_roots, cutover=True):
                    "replica's 'seed: copied' line (capture and replica started together; "
                    "verified equal afterwards); caught up with the capture's snapshot in the "
                    f"topics {caught_up - capture.started_at:.1f} s after the capture's start",
-                   steps, cpu])
+                   steps, f"the seed's snapshot and COPY alone: {float(done[2]):.1f} s, "
+                   f"{rows / dump.value / float(done[2]):.2f}× pg_dump | psql", cpu])
         if not cutover:
             return seeded, None, []
         cut = _cutover(dsn, target, bootstrap, replica)
