@@ -142,6 +142,13 @@ def copy_tables(
 ) -> dict[str, int] | None:
     """Copy every chunk through ``workers`` processes, which record in ``records`` what Kafka
     acknowledged; return rows published per table, or None when ``stop`` ended it first."""
+    yielder = _SeedYield(dsn, report=lambda s: _handle(("yielded", s), set(), {}))
+    yielder(stop)  # no worker starts while a seed copies
+    yielder.close()
+    if stop.is_set():
+        log.warning("stop requested: ended the snapshot before it started; the next run"
+                    " resumes it")
+        return None
     ctx = mp.get_context("spawn")  # the parent holds librdkafka threads: never fork it
     tasks, results, halt = ctx.Queue(), ctx.Queue(), ctx.Event()
     for chunk in chunks:
@@ -157,9 +164,6 @@ def copy_tables(
     ]
     remaining = {c.id for c in chunks}
     done: dict[str, int] = dict.fromkeys(estimates, 0)
-    yielder = _SeedYield(dsn, report=lambda s: _handle(("yielded", s), remaining, done))
-    yielder(stop)  # no workers start while a seed copies
-    yielder.close()
     started = time.monotonic()
     try:
         with _progress() as bar:
