@@ -34,7 +34,7 @@ from bottler.migrate.verify import verify
 from tests.bench.ceilings import drop_slot
 from tests.bench.kafka import delete_topics
 from tests.bench.latency import TOPIC_CONFIG
-from tests.bench.procs import SNAPSHOT_DONE, CaptureProcess, CpuMeter
+from tests.bench.procs import SNAPSHOT_DONE, CaptureProcess, CpuMeter, cpu_seconds
 from tests.bench.replica import ReplicaProcess
 from tests.bench.report import Figure, Target
 
@@ -125,7 +125,8 @@ def _seeded(dsn, bootstrap, env, table, rows, dump, cpu_roots, cutover=True):
         capture.start()
         replica.start()
         seeded_at, done = replica.wait_line(SEED_DONE, timeout=600)
-        cpu = meter.note()
+        cpu = (meter.note() + f", capture {cpu_seconds(capture.pid):.1f}, replica "
+               f"{cpu_seconds(replica.pid):.1f}")
         elapsed = seeded_at - capture.started_at
         steps = timeline(capture.started_at, {"capture": capture, "replica": replica})
         capture.wait_line(SNAPSHOT_DONE, timeout=600)
