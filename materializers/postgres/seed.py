@@ -72,6 +72,7 @@ class _Table:
     columns: list[str] = field(default_factory=list)
     chunks: int = 0
     binary: bool = False  # COPY in binary format (see _prepare)
+    deferred_key: list[str] | None = None  # primary key columns, dropped until the copy ends
     rows: int = 0
     failed: str | None = None
 
@@ -369,6 +370,7 @@ class Seeder:
                             f" {', '.join(f'{n} {t}' for n, t in columns)}")
             return []
         schema_id, schema = match
+        _restore_key(target, table.id, [f.get("pg.name", f["name"]) for f in key[1]["fields"]])
         made = self.sink.prepare_seed(table.id, schema_id, schema, key[1])
         self.sink.flush()
         source_types = dict(columns)
@@ -386,6 +388,7 @@ class Seeder:
                         and all(target_type == source_types[column]
                                 for column, target_type in made))
         target.execute(f"truncate {qualified(table.id)}")  # an unfinished attempt's rows
+        table.deferred_key = _defer_key(target, table.id)
         target.commit()
         pages = source.execute(
             "select pg_relation_size(to_regclass(%s)) / current_setting('block_size')::int",
@@ -444,6 +447,14 @@ class _Progress:
             table.rows += rows
             self.seeder.rows += rows
             table.chunks -= 1
+            if table.chunks == 0 and table.failed is None and table.deferred_key:
+                try:
+                    _add_key(target, table.id, table.deferred_key)
+                except psycopg.Error as exc:
+                    target.rollback()
+                    table.failed = ("its primary key could not be built after the copy:"
+                                    f" {exc.diag.message_primary or exc}")
+                    return
             if table.chunks == 0 and table.failed is None:
                 target.execute(
                     "update bottler.seeds set state = %s, skip_below = %s, snapshot_lsn = %s,"
@@ -470,6 +481,8 @@ class _Progress:
                         table.failed, table.topic)
             if table.columns:
                 target.execute(f"truncate {qualified(table.id)}")
+                if table.deferred_key:
+                    _add_key(target, table.id, table.deferred_key)
             target.execute("update bottler.seeds set state = %s, reason = %s"
                            " where group_id = %s and topic = %s",
                            (NOT_SEEDED, table.failed, self.seeder.group_id, table.topic))
@@ -486,6 +499,55 @@ def _holds_rows(conn: psycopg.Connection, table: TableId) -> bool:
         f"select exists (select from {qualified(table)})").fetchone()[0]
     conn.rollback()
     return held
+
+
+# The primary key of a table the seed created is built after its rows are in (as pg_dump
+# does: data, then post-data): one sorted index build instead of an insert per row, about a
+# quarter faster. Only a table the replica created (not adopted: the user's keys and indexes
+# stay as they are); a copy interrupted meanwhile leaves it without its key, which the next
+# start puts back (on the emptied table) before anything else looks at it.
+
+def _own(conn: psycopg.Connection, table: TableId) -> bool:
+    """Whether the replica created the table (recorded, not adopted)."""
+    row = conn.execute("select adopted from bottler.replica_tables"
+                       " where schema_name = %s and table_name = %s",
+                       (table.schema, table.table)).fetchone()
+    return row is not None and not row[0]
+
+
+def _key_of(conn: psycopg.Connection, table: TableId) -> tuple[str, list[str]] | None:
+    """The table's primary key constraint: its name and columns in key order."""
+    return conn.execute(
+        "select c.conname::text, array_agg(a.attname::text order by k.ord)"
+        " from pg_constraint c cross join unnest(c.conkey) with ordinality k(attnum, ord)"
+        " join pg_attribute a on a.attrelid = c.conrelid and a.attnum = k.attnum"
+        " where c.conrelid = to_regclass(%s) and c.contype = 'p' group by c.conname",
+        (qualified(table),)).fetchone()
+
+
+def _defer_key(conn: psycopg.Connection, table: TableId) -> list[str] | None:
+    """Drops the primary key of an empty table the replica created; its columns, to add it
+    back after the copy (under the same, default name)."""
+    if not _own(conn, table) or (key := _key_of(conn, table)) is None:
+        return None
+    name, columns = key
+    conn.execute(f"alter table {qualified(table)} drop constraint {quote(name)}")
+    return columns
+
+
+def _add_key(conn: psycopg.Connection, table: TableId, columns: list[str]) -> None:
+    conn.execute(f"alter table {qualified(table)} add primary key"
+                 f" ({', '.join(quote(c) for c in columns)})")
+
+
+def _restore_key(conn: psycopg.Connection, table: TableId, columns: list[str]) -> None:
+    """A table the replica created, left without its primary key by a copy that did not end:
+    emptied (it is copied again) and given its key back."""
+    exists = conn.execute("select to_regclass(%s)", (qualified(table),)).fetchone()[0]
+    if exists is not None and _own(conn, table) and _key_of(conn, table) is None:
+        conn.execute(f"truncate {qualified(table)}")
+        _add_key(conn, table, columns)
+    conn.commit()
 
 
 def _parse_lsn(text: str) -> int:
