@@ -284,7 +284,7 @@ def _worker_main(parent, dsn, snapshot, producer_config, on_error, records, task
     _worker.update(
         dsn=dsn, snapshot=snapshot, progress=results, records=records, state=records.open(),
         publisher=Publisher(policy=policy, track=False, **producer_config),
-        yielder=_SeedYield(dsn, looked=time.monotonic()),  # the parent looked just now
+        yielder=_SeedYield(dsn),  # a seed that started since the parent looked: at once
     )
     gctune.tune()
     while not halt.is_set() and (chunk := tasks.get()) is not None:
@@ -358,11 +358,11 @@ class _SeedYield:
     often, it looks at most every YIELD_CHECK seconds, on a connection of its own (the worker's
     is busy with its COPY). Not being able to look is no reason to stop the snapshot."""
 
-    def __init__(self, dsn: str, report=None, looked: float = 0.0):
+    def __init__(self, dsn: str, report=None):
         self.dsn = dsn
         self.report = report or (lambda seconds: _worker["progress"].put(("yielded", seconds)))
         self.conn = None
-        self.looked = looked
+        self.looked = 0.0
 
     def close(self) -> None:
         if self.conn is not None:

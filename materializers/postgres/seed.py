@@ -59,6 +59,10 @@ SEED_WORKERS = 2  # parallel COPY streams: about the best on 2 cores (docs/migra
 CHUNK_PAGES = 2048  # 8 kB pages per range: 16 MB, a fraction of a second to copy
 CAPTURE_WAIT_LOG = 10.0  # seconds between "waiting for the capture" lines
 CAPTURE_POLL = 0.05  # seconds between looks at the capture's records
+# A seed marks itself from its start (see _mark), but while its capture has not started a
+# snapshot, for at most this many seconds: a seed waiting for a capture that is not there (a
+# wrong prefix) must not hold up the snapshot of another capture of the same database.
+MARK_ALONE = 10.0
 
 
 class Stopped(Exception):  # noqa: N818 - a stop request, not an error
@@ -99,6 +103,7 @@ class Seeder:
         self.marker: psycopg.Connection | None = None  # holds the seed's lock (_mark)
         self.capture_state: dict[str, dict | None] = {}  # the capture's records, by key
         self.read_state = 0  # the next offset of them to read
+        self.marked_at = 0.0
 
     def run(self) -> None:
         """Seed what is still to seed; returns at once for a target seeded (or run) before.
@@ -116,23 +121,28 @@ class Seeder:
                                  " (group %s): not seeded, it goes on from the topics",
                                  self.group_id)
                         return
+                    self._mark()  # before the capture even starts its snapshot's workers
                     recorded = self._plan(conn)
             pending = [_Table(topic, TableId(schema, table))
                        for topic, schema, table, state in recorded if state == COPYING]
             if pending:
                 self._copy(pending)
         finally:
-            if self.marker is not None:
-                self.marker.close()  # the capture's snapshot goes on
-                self.marker = None
+            self._unmark()
 
     def _mark(self) -> None:
         """From now until the copy ends, the capture's snapshot workers wait (common.seedlock):
-        from when the capture starts its snapshot, so that they do not even start meanwhile."""
+        from the seed's start, so that they do not even start meanwhile."""
         if self.marker is None:
             self.marker = self._connect(self.source_dsn)
             self.marker.autocommit = True
             seedlock.hold(self.marker)
+            self.marked_at = time.monotonic()
+
+    def _unmark(self) -> None:
+        if self.marker is not None:
+            self.marker.close()  # the capture's snapshot goes on
+            self.marker = None
 
     def _target(self) -> psycopg.Connection:
         return _session(self.sink.target_dsn)
@@ -179,6 +189,10 @@ class Seeder:
         consumer = self._consumer()
         try:
             while not self._capture_ready(consumer, topic):
+                if (self.marker is not None and time.monotonic() - self.marked_at > MARK_ALONE
+                        and not any(s and s.get("snapshot") == "started"
+                                    for s in self.capture_state.values())):
+                    self._unmark()  # no snapshot of its capture under way: hold up no other
                 if time.monotonic() - said >= CAPTURE_WAIT_LOG:
                     log.info("seed: waiting for the capture (prefix %r) to create its slot and"
                              " topics (%s)", self.prefix, topic)
