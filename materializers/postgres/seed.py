@@ -104,6 +104,7 @@ class Seeder:
         self.capture_state: dict[str, dict | None] = {}  # the capture's records, by key
         self.read_state = 0  # the next offset of them to read
         self.marked_at = 0.0
+        self.looker: Consumer | None = None  # see _looker
 
     def run(self) -> None:
         """Seed what is still to seed; returns at once for a target seeded (or run) before.
@@ -129,6 +130,9 @@ class Seeder:
                 self._copy(pending)
         finally:
             self._unmark()
+            if self.looker is not None:
+                self.looker.close()
+                self.looker = None
 
     def _mark(self) -> None:
         """From now until the copy ends, the capture's snapshot workers wait (common.seedlock):
@@ -186,21 +190,18 @@ class Seeder:
         names a snapshot with its layout (written after both), or one complete or skipped."""
         topic = with_prefix(self.prefix, STATE)
         said = 0.0
-        consumer = self._consumer()
-        try:
-            while not self._capture_ready(consumer, topic):
-                if (self.marker is not None and time.monotonic() - self.marked_at > MARK_ALONE
-                        and not any(s and s.get("snapshot") == "started"
-                                    for s in self.capture_state.values())):
-                    self._unmark()  # no snapshot of its capture under way: hold up no other
-                if time.monotonic() - said >= CAPTURE_WAIT_LOG:
-                    log.info("seed: waiting for the capture (prefix %r) to create its slot and"
-                             " topics (%s)", self.prefix, topic)
-                    said = time.monotonic()
-                if self.stop.wait(CAPTURE_POLL):
-                    raise Stopped()
-        finally:
-            consumer.close()
+        consumer = self._looker()
+        while not self._capture_ready(consumer, topic):
+            if (self.marker is not None and time.monotonic() - self.marked_at > MARK_ALONE
+                    and not any(s and s.get("snapshot") == "started"
+                                for s in self.capture_state.values())):
+                self._unmark()  # no snapshot of its capture under way: hold up no other
+            if time.monotonic() - said >= CAPTURE_WAIT_LOG:
+                log.info("seed: waiting for the capture (prefix %r) to create its slot and"
+                         " topics (%s)", self.prefix, topic)
+                said = time.monotonic()
+            if self.stop.wait(CAPTURE_POLL):
+                raise Stopped()
 
     def _consumer(self) -> Consumer:
         """A consumer that only looks (watermarks, metadata, the capture's records)."""
@@ -233,13 +234,15 @@ class Seeder:
         return any(s.get("snapshot") in ("complete", "skipped") or "layout" in s
                    for s in states)
 
+    def _looker(self) -> Consumer:
+        """The seed's one consumer that only looks (closed when the seed ends)."""
+        if self.looker is None:
+            self.looker = self._consumer()
+        return self.looker
+
     def _topics(self) -> dict[str, list[int]]:
         """The table topics and their partitions."""
-        consumer = self._consumer()
-        try:
-            metadata = consumer.list_topics(timeout=10)
-        finally:
-            consumer.close()
+        metadata = self._looker().list_topics(timeout=10)
         return {t: sorted(m.partitions) for t, m in metadata.topics.items()
                 if self.is_table_topic(t)}
 
@@ -319,20 +322,16 @@ class Seeder:
                  self.rows / elapsed if elapsed else 0)
 
     def _end_offsets(self, topic: str, partitions: Sequence[int]) -> dict[int, int]:
-        consumer = self._consumer()
-        try:
-            return {p: consumer.get_watermark_offsets(KafkaTopicPartition(topic, p),
-                                                      timeout=10, cached=False)[1]
-                    for p in partitions}
-        finally:
-            consumer.close()
+        consumer = self._looker()
+        return {p: consumer.get_watermark_offsets(KafkaTopicPartition(topic, p),
+                                                  timeout=10, cached=False)[1]
+                for p in partitions}
 
     def _snapshot(self, sources: list[psycopg.Connection]) -> tuple[int, int]:
         """Fills ``sources`` with worker connections holding one snapshot of the source;
         returns (B, S): the WAL insert position before the snapshot, its consistent point."""
-        with self._connect(self.source_dsn) as conn:
-            before = conn.execute(
-                "select pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()[0]
+        before = self.marker.execute(  # the seed's own session on the source (_mark)
+            "select pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()[0]
         try:
             slot = psycopg.connect(self.source_dsn, replication="database", autocommit=True,
                                    connect_timeout=10, application_name=APPLICATION_NAME)
