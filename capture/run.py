@@ -66,6 +66,7 @@ def _run(s: CaptureSettings, catalog, stop: threading.Event) -> None:
     source.check_toast(catalog, published, s.replica_identity_full)
     control = ControlEvents(s.topic_prefix, s.output_format, registrar)
     progress = state.CaptureState(s.broker, s.topic_prefix, s.kafka_config)
+    progress.warm()
     if lost:
         slot_health.recover(s, admin, control, published)
     try:

@@ -13,6 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
+import psycopg
 from psycopg import sql
 from rich.console import Console
 from rich.progress import (
@@ -31,7 +32,7 @@ from capture.encoding import CodecSpec
 from capture.publisher import DataError, Publisher
 from capture.source import SourceTable, session_connect
 from capture.state import CaptureState, SnapshotRecords
-from common import gctune
+from common import gctune, seedlock
 from common.children import die_with_parent
 from common.errors import BottlerError
 from common.redact import redact
@@ -46,6 +47,10 @@ PIECES = 4
 # On a stop, how long workers may take to finish (and record) the piece in hand before they
 # are ended: a piece ended earlier is published again by the next run.
 STOP_GRACE = 2.0
+# While a replica's seed copies from the source (common.seedlock), the workers wait: they look
+# for one every YIELD_CHECK seconds of copying, and then every YIELD_WAIT seconds until it ends.
+YIELD_CHECK = 0.5
+YIELD_WAIT = 0.2
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,13 @@ def copy_tables(
 ) -> dict[str, int] | None:
     """Copy every chunk through ``workers`` processes, which record in ``records`` what Kafka
     acknowledged; return rows published per table, or None when ``stop`` ended it first."""
+    yielder = _SeedYield(dsn, report=lambda s: _handle(("yielded", s), set(), {}))
+    yielder(stop)  # no worker starts while a seed copies
+    yielder.close()
+    if stop.is_set():
+        log.warning("stop requested: ended the snapshot before it started; the next run"
+                    " resumes it")
+        return None
     ctx = mp.get_context("spawn")  # the parent holds librdkafka threads: never fork it
     tasks, results, halt = ctx.Queue(), ctx.Queue(), ctx.Event()
     for chunk in chunks:
@@ -203,6 +215,9 @@ def _handle(message, remaining, done, bar=None, tasks_bar=None) -> None:
         metrics.SNAPSHOT_ROWS.labels(table).set(done[table])
     elif kind == "done":
         remaining.discard(rest[0])
+    elif kind == "yielded":
+        log.info("snapshot: waited %.1f s for a replica's seed copying from the source",
+                 rest[0])
     else:  # "error"
         raise BottlerError(*rest)
 
@@ -269,6 +284,7 @@ def _worker_main(parent, dsn, snapshot, producer_config, on_error, records, task
     _worker.update(
         dsn=dsn, snapshot=snapshot, progress=results, records=records, state=records.open(),
         publisher=Publisher(policy=policy, track=False, **producer_config),
+        yielder=_SeedYield(dsn),  # a seed that started since the parent looked: at once
     )
     gctune.tune()
     while not halt.is_set() and (chunk := tasks.get()) is not None:
@@ -299,10 +315,12 @@ def _copy_chunk(chunk: Chunk, halt) -> bool:
     state: CaptureState = _worker["state"]
     codec = chunk.spec.codec()
     pieces = chunk.ranges()
+    yielder: _SeedYield = _worker["yielder"]
     with session_connect(_worker["dsn"]) as conn:
         conn.execute("begin isolation level repeatable read read only")
         conn.execute(sql.SQL("set transaction snapshot {}").format(_worker["snapshot"]))
         for n, piece in enumerate(pieces, 1):
+            yielder(halt)
             rows = reported = 0
             with conn.cursor().copy(chunk.query(piece)) as copy:
                 copy.set_types(["text"] * len(chunk.spec.columns))
@@ -320,6 +338,7 @@ def _copy_chunk(chunk: Chunk, halt) -> bool:
                     rows += 1
                     if rows - reported >= PROGRESS_EVERY:
                         publisher.poll(0)
+                        yielder(halt)
                         _worker["progress"].put(("rows", chunk.table, rows - reported))
                         reported = rows
             publisher.flush()  # the piece counts as copied only once Kafka has all of it
@@ -332,3 +351,36 @@ def _copy_chunk(chunk: Chunk, halt) -> bool:
                 return False
         conn.rollback()
     return True
+
+
+class _SeedYield:
+    """Waits while a replica's seed copies from the source (see :mod:`common.seedlock`): called
+    often, it looks at most every YIELD_CHECK seconds, on a connection of its own (the worker's
+    is busy with its COPY). Not being able to look is no reason to stop the snapshot."""
+
+    def __init__(self, dsn: str, report=None):
+        self.dsn = dsn
+        self.report = report or (lambda seconds: _worker["progress"].put(("yielded", seconds)))
+        self.conn = None
+        self.looked = 0.0
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        self.conn = None
+
+    def __call__(self, halt) -> None:
+        if time.monotonic() - self.looked < YIELD_CHECK:
+            return
+        waited = None
+        try:
+            if self.conn is None:
+                self.conn = session_connect(self.dsn, autocommit=True)
+            while not halt.is_set() and seedlock.running(self.conn):
+                waited = waited or time.monotonic()
+                halt.wait(YIELD_WAIT)
+        except (BottlerError, psycopg.Error):
+            self.close()
+        self.looked = time.monotonic()
+        if waited is not None:
+            self.report(self.looked - waited)

@@ -88,10 +88,17 @@ class CaptureState:
         """Let go of the producer (it would keep retrying a broker that went away)."""
         self._producer = None
 
-    def _produce(self, states: dict[str, dict | None], wait: bool = True) -> None:
+    def warm(self) -> None:
+        """Start the producer now: an idempotent producer's first acknowledgement waits for
+        its producer id (about 0.5 s here), which then happens while the capture does other
+        work rather than before its slot is made."""
         if self._producer is None:
             self._producer = Producer({**self.extra, "bootstrap.servers": self.bootstrap,
                                        "enable.idempotence": True, "acks": "all"})
+            self._producer.poll(0)
+
+    def _produce(self, states: dict[str, dict | None], wait: bool = True) -> None:
+        self.warm()
         errors = self._errors
         for key, state in states.items():
             self._producer.produce(

@@ -135,6 +135,7 @@ def test_seed_killed_mid_copy_under_load_ends_equal(stack, source, prefix, start
                 states = seeds(target)
                 assert states.get("items") == "copying", (states, log.read_text())
                 assert 0 < count(target, "items") < ROWS
+                assert not has_key(target, "items")  # built after the copy: not yet
 
                 again = replica(stack, source, target, prefix, log)
                 wait_for(lambda: set(seeds(target).values()) == {"done"}
@@ -154,6 +155,12 @@ def test_seed_killed_mid_copy_under_load_ends_equal(stack, source, prefix, start
         assert rows(target, "select count(*) from bottler.seeds where state = 'done'") == [(2,)]
         assert rows(target, "select rows > 0 from bottler.seeds where table_name = 'items'") \
             == [(True,)]
+        assert has_key(target, "items")  # given back to the emptied table, then built again
+
+
+def has_key(dsn: str, table: str) -> bool:
+    return rows(dsn, "select count(*) from pg_constraint where contype = 'p'"
+                     f" and conrelid = '{table}'::regclass") == [(1,)]
 
 
 def test_truncates_schema_changes_and_later_tables_around_the_seed(stack, source, prefix,

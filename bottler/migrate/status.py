@@ -21,7 +21,6 @@ from common.errors import BottlerError
 from common.kafka import Connection, client_config, servers
 from common.pg import connect
 from common.redact import redact
-from materializers.postgres.sink import PostgresSink
 from schemas.topics import TRUNCATE, table_topic, with_prefix
 
 DEFAULT_GROUP = "bottler-postgres"
@@ -145,6 +144,8 @@ def status(source_dsn: str, target_dsn: str, broker: Connection, prefix: str = "
     truncates = with_prefix(prefix, TRUNCATE)  # the control topic the replica reads too
     marks = watermarks(broker, set(by_topic) | {truncates})
     try:
+        from materializers.postgres.sink import PostgresSink  # SQLAlchemy: not at start-up
+
         stored = PostgresSink.stored(target_dsn, group, [
             (topic, p) for topic, partitions in marks.items() for p in partitions])
     except psycopg.Error as exc:

@@ -120,6 +120,8 @@ class SchemaStore:
     def start(self) -> None:
         """Create the topic if missing, then rebuild the state from it."""
         self._ensure_topic()
+        self._producer_()  # its idempotent producer id (~0.5 s) is fetched meanwhile, not on
+        # the first registration
         self._state = self._replay()
         log.info(
             "loaded %d schema versions and %d settings from topic %s (highest id %d)",
@@ -228,9 +230,7 @@ class SchemaStore:
 
     # -- writes: to Kafka first, then to memory --------------------------------------------
 
-    def _write(self, key: dict, value: dict | None) -> None:
-        if self._stale:
-            raise StoreError("sync() must follow a failed write before the next one")
+    def _producer_(self) -> Producer:
         if self._producer is None:
             self._producer = Producer({
                 **self._client_config(),
@@ -239,6 +239,13 @@ class SchemaStore:
                 "linger.ms": 0,
                 "message.timeout.ms": int(self.timeout * 1000),
             })
+            self._producer.poll(0)
+        return self._producer
+
+    def _write(self, key: dict, value: dict | None) -> None:
+        if self._stale:
+            raise StoreError("sync() must follow a failed write before the next one")
+        self._producer_()
         outcome: list = []
         encoded = _encode(value)
         try:

@@ -3,11 +3,13 @@ its raw ceiling in the same run:
 
 - ``pg_dump | psql``: ``pg_dump --table`` of the table piped into ``psql`` on a fresh database
   of the same server, timed end to end: what a team would otherwise use for the first copy;
+  timed just before and just after the seeded copy, the mean of the two (the load drifts);
 - initial copy, seeded: a capture (fresh slot and prefix) and ``bottler materialize postgres
   --seed-from`` started together, timed from the capture's start until the replica logs that
   its seed is copied (the source is not written to, so the target then equals it: checked by
   ``migrate verify`` afterwards, not timed); the time until the replica has also read the
-  capture's snapshot from the topics (caught up) is in the note;
+  capture's snapshot from the topics (caught up), the steps' timeline, the seed's copy step
+  alone and the CPU seconds of each part are in the notes;
 - initial copy, rebuilt from the topics (the path without ``--seed-from``): the same, timed
   until the target holds every row;
 - cutover downtime: ``bottler migrate cutover`` (in-process) on the seeded pair, the replica
@@ -18,6 +20,7 @@ its raw ceiling in the same run:
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -33,13 +36,13 @@ from bottler.migrate.verify import verify
 from tests.bench.ceilings import drop_slot
 from tests.bench.kafka import delete_topics
 from tests.bench.latency import TOPIC_CONFIG
-from tests.bench.procs import SNAPSHOT_DONE, CaptureProcess, CpuMeter
+from tests.bench.procs import SNAPSHOT_DONE, CaptureProcess, CpuMeter, cpu_seconds
 from tests.bench.replica import ReplicaProcess
 from tests.bench.report import Figure, Target
 
 PREFIX = "bench_migrate"
 GROUP = "bench-migrate"
-SEED_DONE = r"seed: copied (\d+) rows"
+SEED_DONE = r"seed: copied (\d+) rows of \d+ tables in ([\d.]+) s"
 POLL = 0.1  # seconds between looks at the target's row count (rebuild)
 
 
@@ -48,9 +51,22 @@ def migration(dsn: str, bootstrap: str, env: dict[str, str], table: str, rows: i
     """pg_dump | psql, the seeded initial copy, the rebuild from the topics, the cutover's
     downtime and the verify rate, in that order."""
     dump = _pg_dump(dsn, table, rows)
-    seeded, cut, checked = _seeded(dsn, bootstrap, env, table, rows, dump, cpu_roots)
+    seeded, dump, cut, checked = _seeded(dsn, bootstrap, env, table, rows, dump, cpu_roots)
     rebuilt = _rebuilt(dsn, bootstrap, env, table, rows, dump)
     return [dump, seeded, rebuilt, cut, *checked]
+
+
+def _bracketed(before: Figure, after: Figure, rows: int) -> Figure:
+    """pg_dump | psql timed before and after the seeded copy, as one figure (their mean time):
+    on a shared machine the load drifts within seconds, and the ratio should not depend on
+    which side of the seeded copy a burst of load fell."""
+    first, second = rows / before.value, rows / after.value
+    took = (first + second) / 2
+    return Figure(before.name, rows / took, "rows/s",
+                  notes=[f"{rows:,} rows in {took:.1f} s (the mean of {first:.1f} s just before "
+                         f"the seeded copy and {second:.1f} s just after it, with the capture "
+                         "and the replica idle) (table, rows, primary key), one pipe; the "
+                         "initial copy's ceiling"])
 
 
 def _database(dsn: str, name: str) -> str:
@@ -87,7 +103,29 @@ def _pg_dump(dsn: str, table: str, rows: int) -> Figure:
                          "pipe; the initial copy's ceiling"])
 
 
-def _seeded(dsn, bootstrap, env, table, rows, dump, cpu_roots):
+# (process, what, log line): the seeded copy's steps, timed from the capture's start
+TIMELINE = [
+    ("capture", "capture's first log line", r"."),
+    ("capture", "slot created, snapshot exported", r"created slot"),
+    ("replica", "replica's first log line", r"."),
+    ("replica", "seed's snapshot taken", r"seed: snapshot at"),
+    ("replica", "seed's table copied", r"seed: \S+: \d+ rows copied"),
+    ("replica", "seed done", SEED_DONE),
+]
+
+
+def timeline(start: float, procs: dict) -> str:
+    """When each step of TIMELINE happened, in seconds after ``start``."""
+    steps = []
+    for name, what, pattern in TIMELINE:
+        regex = re.compile(pattern)
+        at = next((t for t, line in procs[name].lines if regex.search(line)), None)
+        if at is not None:
+            steps.append(f"{what} {at - start:.1f}")
+    return "steps (s after the capture's start): " + ", ".join(steps)
+
+
+def _seeded(dsn, bootstrap, env, table, rows, dump, cpu_roots, cutover=True):
     say("migration: initial copy, seeded (--seed-from)")
     target = _database(dsn, "bench_migrate_seed")
     drop_slot(dsn, PREFIX)
@@ -101,15 +139,18 @@ def _seeded(dsn, bootstrap, env, table, rows, dump, cpu_roots):
         meter = CpuMeter(cpu_roots).start()
         capture.start()
         replica.start()
-        seeded_at, _ = replica.wait_line(SEED_DONE, timeout=600)
-        cpu = meter.note()
+        seeded_at, done = replica.wait_line(SEED_DONE, timeout=600)
+        cpu = (meter.note() + f", capture {cpu_seconds(capture.pid):.1f}, replica "
+               f"{cpu_seconds(replica.pid):.1f}")
         elapsed = seeded_at - capture.started_at
+        steps = timeline(capture.started_at, {"capture": capture, "replica": replica})
         capture.wait_line(SNAPSHOT_DONE, timeout=600)
         caught_up = _wait(lambda: status(dsn, target, bootstrap, PREFIX, group=GROUP,
                                          tables=[table]).caught_up, 600)
         report = verify(dsn, target, tables=[table])
         if not report.identical:
             raise RuntimeError(f"the seeded target differs from the source: {report.tables}")
+        dump = _bracketed(dump, _pg_dump(dsn, table, rows), rows)
         seeded = Figure(
             "initial copy, seeded: capture start → target equal", rows / elapsed, "rows/s",
             ceiling=dump, target=Target(">=", 0.5, of="ratio"),
@@ -117,7 +158,10 @@ def _seeded(dsn, bootstrap, env, table, rows, dump, cpu_roots):
                    "replica's 'seed: copied' line (capture and replica started together; "
                    "verified equal afterwards); caught up with the capture's snapshot in the "
                    f"topics {caught_up - capture.started_at:.1f} s after the capture's start",
-                   cpu])
+                   steps, f"the seed's snapshot and COPY alone: {float(done[2]):.1f} s, "
+                   f"{rows / dump.value / float(done[2]):.2f}× pg_dump | psql", cpu])
+        if not cutover:
+            return seeded, dump, None, []
         cut = _cutover(dsn, target, bootstrap, replica)
         checked = _verify_rate(dsn, target, table, rows)
     finally:
@@ -126,7 +170,7 @@ def _seeded(dsn, bootstrap, env, table, rows, dump, cpu_roots):
         drop_slot(dsn, PREFIX)
         delete_topics(bootstrap, f"{PREFIX}.")
         _drop(dsn, "bench_migrate_seed")
-    return seeded, cut, checked
+    return seeded, dump, cut, checked
 
 
 def _cutover(dsn: str, target: str, bootstrap: str, replica: ReplicaProcess) -> Figure:
