@@ -84,6 +84,29 @@ def _source_state(dsn: str) -> dict[str, dict]:
         for table, (key, column) in SHOP.items()}
 
 
+def test_an_instance_given_no_partition_ends_its_once_run(stack, source, prefix, start,
+                                                          tmp_path):
+    """More instances than partitions: with --once, the one holding nothing has nothing to
+    catch up and exits, instead of waiting for a partition (the embedded broker keeps a
+    stopped member's partitions with it for ever, docs/materializers.md)."""
+    execute(source, "create table one (id int primary key)", "insert into one values (1)")
+    start()  # one partition
+    wait_streaming(source, prefix)
+    common = ["-b", stack.kafka, "-r", stack.registry_url, "-p", prefix]
+    with fresh_database(stack.pg_dsn) as target:
+        first = _view(["postgres", "--target", target, *common], tmp_path / "a.log")
+        try:
+            wait_for(lambda: f"{prefix}.one[0]" in (tmp_path / "a.log").read_text(), 90,
+                     "the first instance to hold the partition")
+            second = _view(["postgres", "--target", target, *common, "--once"],
+                           tmp_path / "b.log")
+            assert second.wait(120) == 0, (tmp_path / "b.log").read_text()[-2000:]
+            assert _holdings(tmp_path / "b.log")[-1].strip() == "no partition"
+        finally:
+            first.send_signal(signal.SIGTERM)
+            first.wait(30)
+
+
 def test_two_instances_of_each_view_share_the_partitions_and_survive_a_kill_and_a_truncate(
         stack, source, prefix, start, tmp_path):
     seed(source)

@@ -93,6 +93,15 @@ class LagTracker:
                 done += max(0, min(self._position[tp], high) - low)
             return done, total
 
+    def holds_nothing(self) -> None:
+        """A group member the rebalance gave no partition (more instances than partitions):
+        nothing to catch up until a rebalance gives it some (assign clears this)."""
+        with self._lock:
+            if self._position:
+                return
+        self.caught_up.set()
+        metrics.CAUGHT_UP.labels(self.name).set(1)
+
     def check(self) -> bool:
         """Whether every assigned partition is at its observed high watermark; sets
         ``caught_up`` when so."""

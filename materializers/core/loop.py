@@ -252,6 +252,8 @@ class Materializer:
         self._on_assign(consumer, partitions, whole=True)
         log.info("%s: holds %s", self.name, ", ".join(
             f"{t}[{p}]" for t, p in sorted(self._assigned)) or "no partition")
+        if not self._assigned:  # so --once ends, rather than wait for partitions for ever
+            self.tracker.holds_nothing()
 
     def _revoked(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
         """Partitions go to another instance: the batch being applied is finished first (its
