@@ -8,9 +8,8 @@ capture starts capturing while it runs (issue 15, item 3)."""
 
 from __future__ import annotations
 
-import threading
 import uuid
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 
 import pytest
 from confluent_kafka import Producer
@@ -25,7 +24,14 @@ from materializers.postgres import PostgresSink
 from materializers.search.client import SearchClient
 from materializers.search.reader import LiveReader, ReaderOptions
 from schemas import ownership
-from tests.support import execute, fresh_database, read_topic, wait_for, wait_streaming
+from tests.support import (
+    execute,
+    fresh_database,
+    in_thread,
+    read_topic,
+    wait_for,
+    wait_streaming,
+)
 from tests.test_materializer_postgres import same
 
 SC_TEXT = """
@@ -72,28 +78,6 @@ class Capture:
     @property
     def dead_letter_topic(self) -> str:
         return f"{self.prefix}._bottler.dead-letter" if self.prefix else "_bottler.dead-letter"
-
-
-@contextmanager
-def running(run, what: str):
-    """``run(stop)`` in a thread until the block ends; its failure is raised there."""
-    stop, failure = threading.Event(), []
-
-    def target():
-        try:
-            run(stop)
-        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
-            failure.append(exc)
-
-    thread = threading.Thread(target=target, name=what, daemon=True)
-    thread.start()
-    try:
-        yield failure
-    finally:
-        stop.set()
-        thread.join(60)
-    assert not thread.is_alive(), f"{what} did not stop"
-    assert not failure, failure
 
 
 def unrelated_topics(stack, names: list[str]) -> None:
@@ -159,8 +143,8 @@ def test_three_captures_on_one_broker_each_view_reads_only_its_own(stack, source
                 reader = LiveReader(client, aliases[c.slot], ReaderOptions(
                     bootstrap=stack.kafka, registry=stack.registry_url, prefix=c.prefix,
                     progress=False, loop_options={"batch_timeout": 0.2}))
-                views.enter_context(running(replica.run, f"replica {c.slot}"))
-                views.enter_context(running(reader.run, f"search {c.slot}"))
+                views.enter_context(in_thread(replica.run))
+                views.enter_context(in_thread(reader.run))
                 loops[c.slot] = [replica, reader]
 
             execute(a.source, "update sc set v = 'changed' where id = 3",
