@@ -845,11 +845,15 @@ def test_docker_compose_config_accepts_the_file() -> None:
 
 def test_dockerfile_carries_delta_spark_and_the_kafka_connector(compose: dict[str, Any]) -> None:
     """The warehouse's cluster route is in the image: delta-spark and Spark's Kafka connector
-    fetched at build through Spark's resolver, their jars put on pyspark's classpath."""
+    fetched at build through Spark's resolver, their jars, of the versions the warehouse extra
+    installed, put on pyspark's classpath."""
     _, dockerfile = build_paths(compose)
-    runs = " ".join(args for kw, args in dockerfile_instructions(dockerfile) if kw == "RUN")
-    assert "delta-spark==" in runs
+    instructions = dockerfile_instructions(dockerfile)
+    runs = " ".join(args for kw, args in instructions if kw == "RUN")
+    assert "'.[search,warehouse]'" in runs  # delta-spark and pyspark come with the extra
+    assert "m.version(\"delta-spark\")" in runs and "pyspark.__version__" in runs
+    assert ("ARG", "DELTA_ARTIFACT=delta-spark_2.13") in instructions
     assert "spark.jars.packages" in runs
-    assert "io.delta:delta-spark_2.13:" in runs
-    assert "org.apache.spark:spark-sql-kafka-0-10_2.13:" in runs
+    assert "io.delta:${DELTA_ARTIFACT}:${DELTA_VERSION}" in runs
+    assert "org.apache.spark:spark-sql-kafka-0-10_2.13:${SPARK_VERSION}" in runs
     assert re.search(r"cp /tmp/ivy/jars/\*\.jar .*pyspark", runs), "jars not on the classpath"
