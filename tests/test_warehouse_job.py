@@ -202,7 +202,7 @@ def test_the_streaming_query_idles_without_spark_jobs_and_resumes_from_delta(spa
         topic.put(i, f"v{i}")
     topic.producer.flush(30)
     root = tmp_path / "warehouse"
-    table = root / "public" / "t"
+    table = root / topic.prefix / "public" / "t"  # a prefix's tables live under it
     offset = f"bottler:{topic.name}:0"
 
     def version(at_least: int) -> bool:

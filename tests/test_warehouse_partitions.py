@@ -53,7 +53,8 @@ def test_a_four_partition_topic_is_read_as_one_spark_partition_per_range_and_mer
     assert sorted(ends) == [0, 1, 2, 3] and all(ends.values()) and sum(ends.values()) == expected
     with psycopg.connect(source) as conn:
         want = sorted(conn.execute("select id, v from wide").fetchall(), key=repr)
-    table = open_table(tmp_path / "wh" / "public" / "wide").to_pyarrow_table(columns=["id", "v"])
+    table = open_table(tmp_path / "wh" / prefix / "public" / "wide").to_pyarrow_table(
+        columns=["id", "v"])
     assert sorted(((r["id"], r["v"]) for r in table.to_pylist()), key=repr) == want
 
     # each range of a topic partition is a Spark partition of its own
