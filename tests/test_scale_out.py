@@ -92,7 +92,10 @@ def test_an_instance_given_no_partition_ends_its_once_run(stack, source, prefix,
     execute(source, "create table one (id int primary key)", "insert into one values (1)")
     start()  # one partition
     wait_streaming(source, prefix)
-    common = ["-b", stack.kafka, "-r", stack.registry_url, "-p", prefix]
+    # a group of its own: the embedded broker keeps a stopped static member for ever, and a
+    # group holding one wedges whoever joins it next
+    common = ["-b", stack.kafka, "-r", stack.registry_url, "-p", prefix,
+              "--group-id", f"{prefix}-replica"]
     with fresh_database(stack.pg_dsn) as target:
         first = _view(["postgres", "--target", target, *common], tmp_path / "a.log")
         try:
@@ -117,8 +120,9 @@ def test_two_instances_of_each_view_share_the_partitions_and_survive_a_kill_and_
     client = SearchClient(stack.search_url)
     with fresh_database(stack.pg_dsn) as target:
         logs = {name: tmp_path / f"{name}.log" for name in ("r1", "r2", "s1", "s2")}
-        def args(name: str) -> list[str]:
-            return (["postgres", "--target", target, *common] if name[0] == "r" else
+        def args(name: str) -> list[str]:  # the replica a group of its own (see above)
+            return (["postgres", "--target", target, *common, "--group-id", f"{prefix}-r"]
+                    if name[0] == "r" else
                     ["search", "--index", index, "--search", stack.search_url, *common])
 
         views = {name: _view(args(name), logs[name]) for name in logs}
@@ -166,7 +170,7 @@ def test_two_instances_of_each_view_share_the_partitions_and_survive_a_kill_and_
 
             def instances():  # as `bottler status` shows them
                 held = {i.name: i.partitions.get(f"{prefix}.orders", [])
-                        for i in GroupReader(stack.kafka).read() if i.group == "bottler-postgres"}
+                        for i in GroupReader(stack.kafka).read() if i.group == f"{prefix}-r"}
                 return held if set(held) == {"r1", "r2"} else None
 
             held = wait_for(instances, 30, "both replica instances listed with their partitions")

@@ -523,6 +523,9 @@ class PostgresSink:
             self._conn.execute(statement)
         self._conn.commit()
         with self._conn.transaction():
+            # instances starting at once: `if not exists` is no guard against a concurrent
+            # create (a duplicate key in the catalog), so one creates, the others wait and see it
+            self._conn.execute("select pg_advisory_xact_lock(%s)", (DDL_LOCK,))
             for statement in OFFSETS_DDL + ownership.OWNERSHIP_DDL + seeds.SEEDS_DDL:
                 self._conn.execute(statement)
 
