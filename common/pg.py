@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from common.errors import BottlerError
 from common.redact import redact
@@ -23,3 +26,14 @@ def connect(dsn: str, **kwargs) -> psycopg.Connection:
         raise BottlerError(message, hint) from None
     except psycopg.ProgrammingError as exc:
         raise BottlerError(f"invalid PostgreSQL DSN {redact(dsn)}: {redact(str(exc))}") from None
+
+
+def client_args(dsn: str) -> tuple[str, dict[str, str]]:
+    """For a PostgreSQL client program (``psql``, ``pg_dump``): the DSN without its password
+    (a process's arguments are visible to every user) and an environment with PGPASSWORD."""
+    params = conninfo_to_dict(dsn)
+    password = params.pop("password", None)
+    env = dict(os.environ)
+    if password is not None:
+        env["PGPASSWORD"] = str(password)
+    return make_conninfo(**params), env

@@ -9,7 +9,6 @@ replication setup, not the application's: they are skipped.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -17,9 +16,9 @@ import time
 from dataclasses import dataclass, field
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from common.errors import BottlerError
+from common.pg import client_args
 from common.redact import redact
 
 SKIPPED_TYPES = {"PUBLICATION", "PUBLICATION TABLE", "PUBLICATION TABLES IN SCHEMA",
@@ -60,16 +59,6 @@ class PostData:
         return [e for e in self.entries if e.outcome == "failed"]
 
 
-def _libpq_args(dsn: str) -> tuple[str, dict[str, str]]:
-    """The DSN without its password (argv is visible to every user), and PGPASSWORD."""
-    params = conninfo_to_dict(dsn)
-    password = params.pop("password", None)
-    env = dict(os.environ)
-    if password is not None:
-        env["PGPASSWORD"] = str(password)
-    return make_conninfo(**params), env
-
-
 def pg_dump_problem(server_version: int) -> str | None:
     """Why ``pg_dump`` cannot dump this server (``server_version_num``), or None."""
     binary = shutil.which("pg_dump")
@@ -88,7 +77,7 @@ def pg_dump_problem(server_version: int) -> str | None:
 
 
 def dump(source_dsn: str) -> str:
-    dsn, env = _libpq_args(source_dsn)
+    dsn, env = client_args(source_dsn)
     done = subprocess.run(
         ["pg_dump", "--section=post-data", "--no-owner", "--no-privileges",
          "--exclude-schema=bottler", "--dbname", dsn],

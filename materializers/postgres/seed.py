@@ -15,9 +15,10 @@ Steps, once per target and consumer group (a target with offsets stored already 
 3. **Copy.** Per table: the source's columns in the snapshot checked against the topic's value
    schema of that moment, the target table made by the replica's own rules (created, or adopted
    when empty), emptied (rows of an earlier, unfinished attempt), then its pages cut into
-   ranges that the workers stream ``COPY (SELECT … WHERE ctid …) TO STDOUT`` → ``COPY … FROM
-   STDIN``, text format, a transaction per range. The range that completes a table also marks
-   it ``done`` with B, S and the offsets, in its own transaction.
+   ranges that the workers pipe ``COPY (SELECT … WHERE ctid …) TO STDOUT`` → ``COPY … FROM
+   STDIN`` through two ``psql`` processes (:mod:`materializers.postgres.relay`), a transaction
+   per range. The range that completes a table also marks it ``done`` with B, S and the
+   offsets, in its own transaction.
 
 A crash or a stop leaves some tables ``copying``: the next start empties them and copies them
 again under a new snapshot; ``done`` tables keep theirs.
@@ -47,10 +48,11 @@ from common.pg import connect
 from common.redact import redact
 from materializers.core.changes import TableId, table_of
 from materializers.core.decode import Decoder
+from materializers.postgres import relay
 from materializers.postgres.ddl import qualified, quote
 from materializers.postgres.seeds import COPYING, DONE, NOT_SEEDED
 from materializers.postgres.sink import APPLICATION_NAME, PostgresSink
-from schemas.pgtypes import session_statements
+from schemas.pgtypes import libpq_options, session_statements
 from schemas.topics import STATE, with_prefix
 
 log = logging.getLogger(__name__)
@@ -289,35 +291,36 @@ class Seeder:
     # -- copy ----------------------------------------------------------------------------
 
     def _copy(self, pending: list[_Table]) -> None:
+        if (problem := relay.problem()) is not None:
+            raise BottlerError(f"cannot seed the target: {problem}")
         started = time.monotonic()
         partitions = self._topics()
         starts = {t.topic: self._end_offsets(t.topic, partitions.get(t.topic, [])) for t in
                   pending}
-        sources: list[psycopg.Connection] = []
-        targets: list[psycopg.Connection] = []
+        opened: list[psycopg.Connection] = []
         try:
             self._mark()
-            skip_below, snapshot_lsn = self._snapshot(sources)
+            holder, snapshot, skip_below, snapshot_lsn = self._snapshot(opened)
             log.info("seed: snapshot at %s (copying %d tables with %d workers)",
                      _lsn_text(snapshot_lsn), len(pending), self.workers)
-            for _ in range(self.workers):
-                targets.append(self._connect(self.sink.target_dsn))
+            target = self._connect(self.sink.target_dsn)
+            opened.append(target)
+            self.same_version = (holder.info.server_version // 10000
+                                 == target.info.server_version // 10000)
             chunks = []
-            self.same_version = (sources[0].info.server_version // 10000
-                                 == targets[0].info.server_version // 10000)
             for table in pending:
-                chunks += self._prepare(sources[0], targets[0], table)
+                chunks += self._prepare(holder, target, table)
             done = _Progress(self, skip_below, snapshot_lsn, starts, pending)
             with ThreadPoolExecutor(self.workers, thread_name_prefix="seed") as pool:
                 queue = list(reversed(chunks))
                 lock = threading.Lock()
-                futures = [pool.submit(self._work, sources[i], targets[i], queue, lock, done)
-                           for i in range(self.workers)]
+                futures = [pool.submit(self._work, snapshot, target, queue, lock, done)
+                           for _ in range(self.workers)]
                 for future in futures:
                     future.result()
-            done.finish_failed(targets[0])
+            done.finish_failed(target)
         finally:
-            for conn in sources + targets:
+            for conn in opened:
                 conn.close()
         elapsed = time.monotonic() - started
         log.info("seed: copied %d rows of %d tables in %.1f s (%.0f rows/s)", self.rows,
@@ -330,9 +333,11 @@ class Seeder:
                                                   timeout=10, cached=False)[1]
                 for p in partitions}
 
-    def _snapshot(self, sources: list[psycopg.Connection]) -> tuple[int, int]:
-        """Fills ``sources`` with worker connections holding one snapshot of the source;
-        returns (B, S): the WAL insert position before the snapshot, its consistent point."""
+    def _snapshot(self, opened: list[psycopg.Connection]
+                  ) -> tuple[psycopg.Connection, str, int, int]:
+        """A connection holding one snapshot of the source, exported again for the workers'
+        sessions (valid while it is open: it goes into ``opened``), the snapshot's name, the
+        WAL insert position B before it and its consistent point S."""
         before = self.marker.execute(  # the seed's own session on the source (_mark)
             "select pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()[0]
         try:
@@ -356,14 +361,15 @@ class Seeder:
                     "raise max_replication_slots (and max_wal_senders) by one, or drop an"
                     " unused slot (bottler slot status)")
             consistent = _parse_lsn(result.get_value(0, 1).decode())
-            snapshot = result.get_value(0, 2).decode()
-            for _ in range(self.workers):
-                conn = self._connect(self.source_dsn)
-                sources.append(conn)
-                conn.execute("begin isolation level repeatable read read only")
-                conn.execute(f"set transaction snapshot '{snapshot}'")
-        # the slot is gone with its connection: the workers hold the snapshot themselves
-        return int(before), consistent
+            holder = self._connect(self.source_dsn)
+            opened.append(holder)
+            holder.execute("begin isolation level repeatable read read only")
+            holder.execute(f"set transaction snapshot '{result.get_value(0, 2).decode()}'")
+            snapshot = holder.execute("select pg_export_snapshot()").fetchone()[0]
+            # idle in its transaction until the copy ends: no server timeout may end it
+            holder.execute("set idle_in_transaction_session_timeout = 0")
+        # the slot is gone with its connection: the holder keeps the snapshot
+        return holder, snapshot, int(before), consistent
 
     def _prepare(self, source: psycopg.Connection, target: psycopg.Connection,
                  table: _Table) -> list[tuple[_Table, int, int | None]]:
@@ -415,8 +421,12 @@ class Seeder:
         table.chunks = len(chunks)
         return chunks
 
-    def _work(self, source: psycopg.Connection, target: psycopg.Connection,
-              queue: list, lock: threading.Lock, done: _Progress) -> None:
+    def _work(self, snapshot: str, target: psycopg.Connection, queue: list,
+              lock: threading.Lock, done: _Progress) -> None:
+        source = relay.Side(self.source_dsn, ("begin isolation level repeatable read read only",
+                                              f"set transaction snapshot '{snapshot}'"),
+                            libpq_options(), APPLICATION_NAME)
+        into = relay.Side(self.sink.target_dsn, (), libpq_options(), APPLICATION_NAME)
         while True:
             if self.stop.is_set():
                 raise Stopped()
@@ -430,19 +440,15 @@ class Seeder:
             where = f"ctid >= '({lo},0)'::tid" + (f" and ctid < '({hi},0)'::tid" if hi else "")
             form = " (format binary)" if table.binary else ""
             try:
-                with source.cursor().copy(
-                    f"copy (select {columns} from {qualified(table.id)} where {where})"
-                    f" to stdout{form}"
-                ) as out, target.cursor() as cur:
-                    with cur.copy(f"copy {qualified(table.id)} ({columns}) from stdin{form}"
-                                  ) as inp:
-                        for data in out:
-                            inp.write(data)
-                    rows = cur.rowcount
-            except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as exc:
-                target.rollback()
-                done.fail(table, f"the target refused its rows: {exc.diag.message_primary}")
+                rows = relay.copy(
+                    source, f"copy (select {columns} from {qualified(table.id)} where {where})"
+                            f" to stdout{form}",
+                    into, f"copy {qualified(table.id)} ({columns}) from stdin{form}", self.stop)
+            except relay.Refused as exc:
+                done.fail(table, f"the target refused its rows: {exc}")
                 continue
+            except relay.Stopped:
+                raise Stopped() from None
             done.chunk(target, table, rows)
 
 

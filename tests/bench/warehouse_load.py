@@ -105,7 +105,7 @@ def _topic(ep, env, table: str, rows: int, work: Path, say) -> list[Figure]:
     job = _load(env, work / "spark", LOAD_PREFIX)
     elapsed = job.ended - job.started_at
     batches = job.batches()
-    loaded = DeltaTable(str(work / "spark" / "public" / table))
+    loaded = DeltaTable(str(work / "spark" / LOAD_PREFIX / "public" / table))
     if loaded.count() != rows:
         raise RuntimeError(f"the warehouse holds {loaded.count():,} rows, not {rows:,}")
 
@@ -167,7 +167,7 @@ def _lag_and_idle(ep, env, work: Path, say) -> list[Figure]:
         capture.wait_line(SNAPSHOT_DONE, timeout=300)
         job.start()
         data.fill(ep.pg_dsn, LAG_TABLE, 1, 10)  # the table exists in Delta: the job is up
-        table = path / "public" / LAG_TABLE
+        table = path / LAG_PREFIX / "public" / LAG_TABLE
         wait_until(lambda: (table / "_delta_log").is_dir(), 300, "the warehouse's first load")
         say(f"warehouse: lag at {LAG_RATE:,} changes/s for {LAG_SECONDS} s")
         seen: dict[int, float] = {}
