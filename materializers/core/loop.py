@@ -35,7 +35,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from common import gctune
 from common.kafka import BACKLOG_READER, Connection, client_config
 from common.registry import Registry
-from materializers.core import metrics, poison, positions, watermarks
+from materializers.core import idle, metrics, poison, positions, watermarks
 from materializers.core.changes import Change, TableId, TopicPartition, table_of
 from materializers.core.decode import DecodeError, Decoder
 from materializers.core.lag import LagTracker
@@ -381,6 +381,10 @@ class Materializer:
             self._gave_back = True
             gctune.give_back()  # the backlog's fetch buffers, freed by now
         self._show_progress()
+        if not messages and self.caught_up.is_set() and not self.join_group:
+            # nothing new (and everything applied: _settled above): rest until there is; a
+            # group's assignment is the group's, not to be let go of
+            idle.rest(self._consumer, {tp: self._position.get(tp, 0) for tp in self._assigned})
 
     def _refetch(self, messages: list[Message]) -> None:
         """Messages returned by a consume during which the assignment changed may come from

@@ -40,7 +40,6 @@ class OwnedTopics:
         self.owned: dict[str, dict] = {}  # topic -> its ownership record
         self._records: dict[str, dict] = {}  # key -> latest ownership record
         self._consumer: Consumer | None = None
-        self._assigned = False  # the consumer reads the control topic
         self._position = 0
         # the records were read to the end once: until then the view is not caught up
         self.complete = False
@@ -67,9 +66,8 @@ class OwnedTopics:
                 log.debug("%s: cannot list topics now: %s", self.name, exc.args[0].str())
                 return set(self.owned)
         if self.topic not in existing:
-            if self._assigned:  # deleted (the capture retired): a new one is read anew
-                self._consumer.unassign()
-                self._assigned, self._position = False, 0
+            if self._position:  # deleted (the capture retired): a new one is read anew
+                self._position = 0
                 self._records.clear()
                 self.owned = {}
             self._say("absent", logging.INFO,
@@ -110,19 +108,27 @@ class OwnedTopics:
                 self.bootstrap, **{"group.id": f"bottler-ownership-{uuid.uuid4().hex}",
                                    "enable.auto.commit": False, "auto.offset.reset": "earliest",
                                    "enable.partition.eof": False}))
-            self._assigned = False
         return self._consumer
 
     def _read(self) -> None:
-        if not (self._consumer is not None and self._assigned):
-            self._client().assign([TopicPartition(self.topic, 0, self._position)])
-            self._assigned = True
         partition = TopicPartition(self.topic, 0)
-        _, high = self._consumer.get_watermark_offsets(partition, timeout=10, cached=False)
+        _, high = self._client().get_watermark_offsets(partition, timeout=10, cached=False)
         if high < self._position:  # the topic was deleted and created again: read it anew
             self._records.clear()
             self._position = 0
-            self._consumer.seek(TopicPartition(self.topic, 0, 0))
+        if self._position < high:
+            # assigned only while read: an assigned partition at its end is fetched again and
+            # again on the embedded broker (idle.py)
+            self._consumer.assign([TopicPartition(self.topic, 0, self._position)])
+            try:
+                self._read_to(high)
+            finally:
+                self._consumer.unassign()
+        self.owned = ownership.owned(self._records)
+        self.complete = self.complete or self._position >= high
+
+    def _read_to(self, high: int) -> None:
+        partition = TopicPartition(self.topic, 0)
         deadline = time.monotonic() + 10
         while self._position < high:
             msg = self._consumer.poll(0.5)
@@ -148,8 +154,6 @@ class OwnedTopics:
                 self._records.pop(key, None)
             elif ownership.is_record(key, value):
                 self._records[key] = value
-        self.owned = ownership.owned(self._records)
-        self.complete = self.complete or self._position >= high
 
     def _shown(self) -> str:
         return self.prefix or "(empty)"
