@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import tomllib
-from importlib import metadata
 from pathlib import Path
 
 import typer
@@ -16,8 +15,6 @@ from rich.text import Text
 
 from bottler.migrate.cli import migrate_app
 from bottler.status.cli import status
-from bottler.status.view import restarts_line
-from bottler.status.watch import supervised
 from capture import cli as capture_cli
 from common import extras, options
 from common.config import MetricsSettings, Settings, env, load
@@ -93,6 +90,8 @@ def retire_cmd(
 
 def version() -> str:
     """The installed distribution's version, or the source tree's (run from a checkout)."""
+    from importlib import metadata  # here: 40 ms that no other command needs
+
     try:
         return metadata.version(extras.DISTRIBUTION)
     except metadata.PackageNotFoundError:
@@ -172,6 +171,9 @@ def _stack(root: Path, ports: dict[str, int | None] | None = None):
 
 
 def _print_stack(stack, outcome: dict[str, str] | None = None) -> None:
+    from bottler.status.view import restarts_line
+    from bottler.status.watch import supervised
+
     ep = stack.endpoints
     apis = [  # (api, the service that serves it, endpoint)
         ("postgres", "postgres", ep.pg_dsn),

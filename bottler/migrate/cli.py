@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from pydantic import Field, field_validator
@@ -14,8 +15,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from bottler.migrate.status import DEFAULT_GROUP, StatusReport
-from bottler.migrate.verify import VerifyReport
 from common import options
 from common.config import (
     KafkaSettings,
@@ -26,6 +25,11 @@ from common.config import (
     load,
 )
 from common.options import option
+from materializers.postgres import DEFAULT_GROUP
+
+if TYPE_CHECKING:
+    from bottler.migrate.status import StatusReport
+    from bottler.migrate.verify import VerifyReport
 
 migrate_app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 

@@ -33,6 +33,7 @@ from common.errors import BottlerError
 from common.kafka import Connection
 from common.pg import connect
 from common.redact import redact
+from materializers.postgres import DEFAULT_GROUP
 from materializers.postgres.sink import APPLICATION_NAME as REPLICA_APPLICATION_NAME
 from schemas.topics import TRUNCATE, table_topic, with_prefix
 
@@ -45,7 +46,7 @@ class Options:
     target: str
     broker: Connection  # bootstrap servers, or the Kafka client properties
     prefix: str = ""
-    group: str = "bottler-postgres"
+    group: str = DEFAULT_GROUP
     slot: str = "bottler"
     dry_run: bool = False
     sequence_margin: int = 0

@@ -21,9 +21,8 @@ from common.errors import BottlerError
 from common.kafka import Connection, client_config, servers
 from common.pg import connect
 from common.redact import redact
+from materializers.postgres import DEFAULT_GROUP
 from schemas.topics import TRUNCATE, table_topic, with_prefix
-
-DEFAULT_GROUP = "bottler-postgres"
 
 
 @dataclass

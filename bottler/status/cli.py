@@ -5,18 +5,20 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import typer
 from pydantic import Field, field_validator
 from rich.console import Console
 
-from bottler.status.view import render
-from bottler.status.watch import Target, Watcher, has_stack, stack_target
 from common import options
 from common.config import KafkaSettings, env, load
 from common.errors import BottlerError
 from common.options import option
+
+if TYPE_CHECKING:  # imported by the command (every command imports this module)
+    from bottler.status.watch import Target, Watcher
 
 
 class StatusSettings(KafkaSettings):
@@ -53,6 +55,9 @@ def status(
 ) -> None:
     """One live view of the replication slot, the topics and every process's lag and state."""
     s = load(StatusSettings, locals())
+    from bottler.status.view import render
+    from bottler.status.watch import Watcher, has_stack, stack_target
+
     # Endpoints on the command line are watched; from the environment or the file, when there
     # is no stack to watch.
     given = s.model_fields_set & {"postgres", "kafka", "metrics"}
@@ -76,6 +81,8 @@ def status(
 def live(watcher: Watcher, interval: float) -> None:
     from rich.live import Live
 
+    from bottler.status.view import render
+
     try:
         with Live(render(watcher.snapshot()), auto_refresh=False) as view:
             while True:
@@ -87,6 +94,8 @@ def live(watcher: Watcher, interval: float) -> None:
 
 def explicit_target(s: StatusSettings) -> Target:
     """Endpoints given by hand (Docker, Kubernetes...)."""
+    from bottler.status.watch import Target
+
     apps: dict[str, str] = {}
     for item in s.metrics:
         name, sep, url = item.partition("=")

@@ -2,6 +2,8 @@
 
 from common import lazy
 
+DEFAULT_GROUP = "bottler-postgres"  # the replica's consumer group, the key of its offsets
+
 __getattr__ = lazy.exports(__name__, {
     "PostgresSink": "materializers.postgres.sink",
 })

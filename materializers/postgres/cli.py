@@ -11,6 +11,7 @@ from common import gctune, options
 from common.config import MetricsSettings, env, load
 from common.options import option
 from common.signals import stop_on_signals
+from materializers.postgres import DEFAULT_GROUP
 
 
 class ReplicaSettings(options.ViewSettings, MetricsSettings):
@@ -18,7 +19,7 @@ class ReplicaSettings(options.ViewSettings, MetricsSettings):
     topics: list[str] = []
     batch_size: int = Field(5000, ge=1)
     once: bool = False
-    group_id: str = "bottler-postgres"
+    group_id: str = DEFAULT_GROUP
     adopt_existing: bool = False
     seed_from: str | None = Field(None, validation_alias=env("BOTTLER_SEED_DSN"))
     seed_workers: int = Field(2, ge=1)
@@ -35,7 +36,7 @@ def materialize_postgres(
     registry_config: list[str] | None = options.RegistryConfig,
     topic_prefix: str | None = options.TopicPrefix,
     topics: list[str] | None = options.Topics,
-    group_id: str | None = options.group_id("bottler-postgres",
+    group_id: str | None = options.group_id(DEFAULT_GROUP,
                                             "Consumer group; also the key of the stored offsets."),
     on_poison: str | None = options.on_poison(),
     batch_size: int | None = options.batch_size(),
