@@ -8,6 +8,7 @@ import os
 import secrets
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields, replace
@@ -22,6 +23,7 @@ from compose.supervise import State, hold_file
 
 SOURCE_DB = "shop"
 REPLICA_DB = "replica"  # the target-Postgres replica's database (make up)
+JOIN_WAIT = 60.0  # seconds an instance waits for the one before it to hold its partitions
 
 
 @dataclass(frozen=True)
@@ -243,6 +245,7 @@ class Stack:
                 outcome[name] = "already running"
                 continue
             self._check_port(name)
+            self._after_previous_instance(name)
             if name == "postgres":
                 pg = self.postgres
                 if not pg.initialized():
@@ -252,6 +255,20 @@ class Stack:
                 self.part(name).start()
             outcome[name] = "started"
         return outcome
+
+    def _after_previous_instance(self, name: str) -> None:
+        """A view's second (third...) instance starts once the one before holds its partitions:
+        two members joining a new group at one moment can leave it unassigned for ever on the
+        embedded broker (docs/materializers.md). After JOIN_WAIT seconds it starts anyway (the
+        capture may have no topics yet: nobody holds anything)."""
+        instance = self._instance_of(name)
+        if instance is None:
+            return
+        app, number = instance
+        previous = app if number == 2 else f"{app}-{number - 1}"
+        until = time.monotonic() + JOIN_WAIT
+        while time.monotonic() < until and not _holds_partitions(self.endpoints.kafka, previous):
+            time.sleep(0.5)
 
     def down(self) -> dict[str, str]:
         """Stop everything, at any moment: a `stack up` still starting things (in another
@@ -374,3 +391,20 @@ def isolated_stack() -> Iterator[Stack]:
     finally:
         stack.down()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _holds_partitions(bootstrap: str, instance_id: str) -> bool:
+    """Whether a consumer group member named ``instance_id`` (--instance-id) holds partitions."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    try:
+        groups = [g.group_id for g in admin.list_consumer_groups(request_timeout=3).result().valid]
+        described = admin.describe_consumer_groups(groups, request_timeout=3) if groups else {}
+        return any(m.group_instance_id == instance_id and m.assignment
+                   and m.assignment.topic_partitions
+                   for future in described.values() for m in future.result().members)
+    except KafkaException:
+        return False
+
