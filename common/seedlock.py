@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import psycopg
 
+from common.pg import connect
+
 # pg_advisory_lock_shared(KEY, SUBKEY): pg_locks shows them as classid, objid (objsubid 2)
 KEY, SUBKEY = 0x626F7474, 0x73656564  # "bott", "seed"
 
@@ -28,6 +30,13 @@ RUNNING = (
 def hold(conn: psycopg.Connection) -> None:
     """Mark the seed as copying until ``conn`` (autocommit) closes."""
     conn.execute(HOLD)
+
+
+def marker(dsn: str, application_name: str) -> psycopg.Connection:
+    """A session of its own on the source holding the mark: closing it releases the mark."""
+    conn = connect(dsn, application_name=application_name, autocommit=True)
+    hold(conn)
+    return conn
 
 
 def running(conn: psycopg.Connection) -> bool:

@@ -22,7 +22,7 @@ from tests.support import execute, fresh_database, rows, wait_for
 
 pytestmark = pytest.mark.stack
 
-ROWS = 600_000  # items: ~5 ranges of 2,048 pages, so a kill lands between two of them
+ROWS = 600_000  # items: ~5 ranges of 2,048 pages (--seed-chunk-pages), so a kill lands between two
 
 
 def replica(stack, source: str, target: str, prefix: str, log: Path, *extra: str):
@@ -124,7 +124,8 @@ def test_seed_killed_mid_copy_under_load_ends_equal(stack, source, prefix, start
         try:
             with write_load(source) as committed:
                 wait_for(lambda: committed[0] > 20, 30, "the write load")
-                first = replica(stack, source, target, prefix, log, "--seed-workers", "1")
+                first = replica(stack, source, target, prefix, log, "--seed-workers", "1",
+                                 "--seed-chunk-pages", "2048")
                 try:
                     wait_for(lambda: count(target, "items") > 0 or first.poll() is not None,
                              120, "the first copied range of items")

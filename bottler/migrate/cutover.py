@@ -33,8 +33,8 @@ from common.errors import BottlerError
 from common.kafka import Connection
 from common.pg import connect
 from common.redact import redact
+from materializers.postgres import APPLICATION_NAME as REPLICA_APPLICATION_NAME
 from materializers.postgres import DEFAULT_GROUP
-from materializers.postgres.sink import APPLICATION_NAME as REPLICA_APPLICATION_NAME
 from schemas.topics import TRUNCATE, table_topic, with_prefix
 
 GO, NO_GO, READY, NOT_READY = "go", "no-go", "ready (dry run)", "not ready (dry run)"

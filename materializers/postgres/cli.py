@@ -7,10 +7,11 @@ from pathlib import Path
 
 from pydantic import Field
 
-from common import gctune, options
+from common import gctune, options, seedlock
 from common.config import MetricsSettings, env, load
 from common.options import option
 from common.signals import stop_on_signals
+from materializers.postgres import APPLICATION_NAME as REPLICA_APPLICATION_NAME
 from materializers.postgres import DEFAULT_GROUP
 
 
@@ -23,6 +24,7 @@ class ReplicaSettings(options.ViewSettings, MetricsSettings):
     adopt_existing: bool = False
     seed_from: str | None = Field(None, validation_alias=env("BOTTLER_SEED_DSN"))
     seed_workers: int = Field(2, ge=1)
+    seed_chunk_pages: int = Field(65536, ge=1)
     join_group: bool = False
     instance_id: str | None = None
 
@@ -54,12 +56,18 @@ def materialize_postgres(
         " [env: BOTTLER_SEED_DSN]"),
     seed_workers: int | None = option("--seed-workers", help="Parallel COPY streams of "
                                       "--seed-from [default: 2] [env: BOTTLER_SEED_WORKERS]"),
+    seed_chunk_pages: int | None = option(
+        "--seed-chunk-pages", help="Pages (8 kB) per range a --seed-from stream copies in one "
+        "transaction [default: 65536] [env: BOTTLER_SEED_CHUNK_PAGES]"),
     metrics_port: int | None = options.MetricsPort,
     metrics_host: str | None = options.MetricsHost,
     config: Path | None = options.Config,
 ) -> None:
     """Keep a replica of the captured tables in the target database (no foreign keys)."""
     s = load(ReplicaSettings, locals())
+    # the mark first, before this process's own start-up: a capture starting beside the seed
+    # does not start its snapshot workers meanwhile (common.seedlock)
+    marker = seedlock.marker(s.seed_from, REPLICA_APPLICATION_NAME) if s.seed_from else None
     from materializers.core import Materializer
     from materializers.postgres.seed import Seeder, Stopped
     from materializers.postgres.seeds import SeedFilter
@@ -75,15 +83,20 @@ def materialize_postgres(
             topics=s.topics or None, prefix=s.topic_prefix, on_poison=s.on_poison,
             batch_size=s.batch_size, join_group=s.join_group, instance_id=s.instance_id,
         )
+        # one stop event from here on: a signal between the seed's end and the loop's start
+        # stops the loop (a stopped seed is copied again by the next start)
+        stop = stop_on_signals() if s.seed_from or not s.once else None
         if s.seed_from:
-            stop = stop_on_signals()  # a stopped seed is copied again by the next start
             try:
                 Seeder(s.seed_from, sink, materializer.decoder, bootstrap=s.kafka,
                        prefix=s.topic_prefix, is_table_topic=materializer.is_table_topic,
-                       workers=s.seed_workers, stop=stop).run()
+                       workers=s.seed_workers, chunk_pages=s.seed_chunk_pages,
+                       stop=stop, marker=marker).run()
             except Stopped:
                 return
             if s.once:  # --once stops as it always does: on the signal itself
+                if stop.is_set():
+                    return
                 signal.signal(signal.SIGINT, signal.default_int_handler)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
         seeded = sink.seeded_tables()
@@ -93,7 +106,6 @@ def materialize_postgres(
         if s.once:
             materializer.run_until_caught_up()
             return
-        stop = stop_on_signals()
         materializer.run(stop)
     finally:
         sink.close()

@@ -48,17 +48,21 @@ from common.pg import connect
 from common.redact import redact
 from materializers.core.changes import TableId, table_of
 from materializers.core.decode import Decoder
-from materializers.postgres import relay
+from materializers.postgres import APPLICATION_NAME, relay
 from materializers.postgres.ddl import qualified, quote
 from materializers.postgres.seeds import COPYING, DONE, NOT_SEEDED
-from materializers.postgres.sink import APPLICATION_NAME, PostgresSink
+from materializers.postgres.sink import PostgresSink
 from schemas.pgtypes import libpq_options, session_statements
 from schemas.topics import STATE, with_prefix
 
 log = logging.getLogger(__name__)
 
 SEED_WORKERS = 2  # parallel COPY streams: about the best on 2 cores (docs/migration.md)
-CHUNK_PAGES = 2048  # 8 kB pages per range: 16 MB, a fraction of a second to copy
+# 8 kB pages per range at most: 512 MB, seconds to copy. Each range costs two psql processes,
+# their connections and a commit (about 30 ms): with ranges of 16 MB the copy of 1M rows took a
+# fifth longer than with one range per worker (docs/migration.md).
+CHUNK_PAGES = 65536
+PROGRESS_EVERY = 10.0  # seconds between progress lines while a table is copied
 CAPTURE_WAIT_LOG = 10.0  # seconds between "waiting for the capture" lines
 CAPTURE_POLL = 0.05  # seconds between looks at the capture's records
 # A seed marks itself from its start (see _mark), but while its capture has not started a
@@ -76,7 +80,8 @@ class _Table:
     topic: str
     id: TableId
     columns: list[str] = field(default_factory=list)
-    chunks: int = 0
+    chunks: int = 0  # ranges not copied yet
+    ranges: int = 0
     binary: bool = False  # COPY in binary format (see _prepare)
     deferred_key: list[str] | None = None  # primary key columns, dropped until the copy ends
     rows: int = 0
@@ -88,7 +93,8 @@ class Seeder:
 
     def __init__(self, source_dsn: str, sink: PostgresSink, decoder: Decoder, *,
                  bootstrap: Connection, prefix: str, is_table_topic, workers: int = SEED_WORKERS,
-                 stop: threading.Event | None = None):
+                 chunk_pages: int = CHUNK_PAGES, stop: threading.Event | None = None,
+                 marker: psycopg.Connection | None = None):
         if workers < 1:
             raise ValueError(f"seed workers must be at least 1, not {workers}")
         self.source_dsn = source_dsn
@@ -98,14 +104,15 @@ class Seeder:
         self.prefix = prefix
         self.is_table_topic = is_table_topic
         self.workers = workers
+        self.chunk_pages = chunk_pages
         self.stop = stop or threading.Event()
         self.group_id = sink.group_id
         self.rows = 0  # rows copied by this run
         self.same_version = False  # source and target of one major version (binary COPY)
-        self.marker: psycopg.Connection | None = None  # holds the seed's lock (_mark)
+        self.marker = marker  # holds the seed's lock (_mark), if the caller took it already
         self.capture_state: dict[str, dict | None] = {}  # the capture's records, by key
         self.read_state = 0  # the next offset of them to read
-        self.marked_at = 0.0
+        self.marked_at = time.monotonic() if marker is not None else 0.0
         self.looker: Consumer | None = None  # see _looker
 
     def run(self) -> None:
@@ -138,11 +145,10 @@ class Seeder:
 
     def _mark(self) -> None:
         """From now until the copy ends, the capture's snapshot workers wait (common.seedlock):
-        from the seed's start, so that they do not even start meanwhile."""
+        from the seed's start (the replica's CLI marks before its own start-up), so that they
+        do not even start meanwhile."""
         if self.marker is None:
-            self.marker = self._connect(self.source_dsn)
-            self.marker.autocommit = True
-            seedlock.hold(self.marker)
+            self.marker = seedlock.marker(self.source_dsn, APPLICATION_NAME)
             self.marked_at = time.monotonic()
 
     def _unmark(self) -> None:
@@ -415,10 +421,14 @@ class Seeder:
         pages = source.execute(
             "select pg_relation_size(to_regclass(%s)) / current_setting('block_size')::int",
             (qualified(table.id),)).fetchone()[0]
-        bounds = list(range(0, max(pages, 1), CHUNK_PAGES))
-        chunks = [(table, lo, lo + CHUNK_PAGES) for lo in bounds]
+        # ranges of at most chunk_pages, as many as make whole rounds of the workers: no worker
+        # idles while another copies the last range
+        count = -(-max(pages, 1) // self.chunk_pages)
+        size = -(-max(pages, 1) // (-(-count // self.workers) * self.workers))
+        bounds = list(range(0, max(pages, 1), size))
+        chunks = [(table, lo, lo + size) for lo in bounds]
         chunks[-1] = (table, bounds[-1], None)  # and whatever lies beyond
-        table.chunks = len(chunks)
+        table.chunks = table.ranges = len(chunks)
         return chunks
 
     def _work(self, snapshot: str, target: psycopg.Connection, queue: list,
@@ -463,6 +473,7 @@ class _Progress:
         self.starts = starts
         self.tables = tables
         self.lock = threading.Lock()
+        self.said = time.monotonic()
 
     def chunk(self, target: psycopg.Connection, table: _Table, rows: int) -> None:
         with self.lock:  # held over the commit: exactly one range is the last
@@ -488,6 +499,11 @@ class _Progress:
             target.commit()
             if table.chunks == 0 and table.failed is None:
                 log.info("seed: %s: %d rows copied", table.id, table.rows)
+            elif time.monotonic() - self.said >= PROGRESS_EVERY:
+                log.info("seed: %s: %d of %d ranges copied (%d rows so far, %d in all)",
+                         table.id, table.ranges - table.chunks, table.ranges, table.rows,
+                         self.seeder.rows)
+                self.said = time.monotonic()
 
     def fail(self, table: _Table, reason: str) -> None:
         with self.lock:

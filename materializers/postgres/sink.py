@@ -26,7 +26,7 @@ import psycopg
 from common.pg import connect
 from materializers.core.changes import Change, TableId, TopicPartition
 from materializers.core.sink import Offsets, OffsetsMoved, RejectedChange
-from materializers.postgres import ownership, seeds
+from materializers.postgres import APPLICATION_NAME, ownership, seeds
 from materializers.postgres.ddl import (
     ColumnShape,
     TableShape,
@@ -56,9 +56,6 @@ OFFSETS_DDL = [
     " partition int not null, next_offset bigint not null,"
     " primary key (group_id, topic, partition))",
 ]
-# How the replica's session shows in the target's pg_stat_activity: the cutover waits for it
-# to be gone before changing the schema (bottler/migrate/cutover.py).
-APPLICATION_NAME = "bottler replica"
 _OP = "__bottler_delete"
 DIRECT_WAIT_MAX = 64  # at most this many segments of a table staged between two direct COPYs
 
