@@ -407,4 +407,3 @@ def _holds_partitions(bootstrap: str, instance_id: str) -> bool:
                    for future in described.values() for m in future.result().members)
     except KafkaException:
         return False
-

@@ -118,6 +118,8 @@ class Seeder:
     def run(self) -> None:
         """Seed what is still to seed; returns at once for a target seeded (or run) before.
         Raises :class:`Stopped` if the stop event is set meanwhile."""
+        if (problem := relay.problem()) is not None:
+            raise BottlerError(f"cannot seed the target: {problem}")
         try:
             with self._target() as conn:
                 recorded = conn.execute(
@@ -297,8 +299,6 @@ class Seeder:
     # -- copy ----------------------------------------------------------------------------
 
     def _copy(self, pending: list[_Table]) -> None:
-        if (problem := relay.problem()) is not None:
-            raise BottlerError(f"cannot seed the target: {problem}")
         started = time.monotonic()
         partitions = self._topics()
         starts = {t.topic: self._end_offsets(t.topic, partitions.get(t.topic, [])) for t in
