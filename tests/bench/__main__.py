@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.replica_only:
             figures += _replica(ep, env, SNAPSHOT_TABLE, rows, cpu_roots, args.profile)
         elif args.warehouse_only:
-            figures += warehouse_load(ep, env, SNAPSHOT_TABLE, rows, say=say)
+            figures += warehouse_load(ep, env, SNAPSHOT_TABLE, say=say)
         elif args.migration_only:
             figures += migration(ep.pg_dsn, ep.kafka, env, SNAPSHOT_TABLE, rows, cpu_roots)
         else:
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
             # last on this table: its lag run inserts more rows into it
             figures += _replica(ep, env, SNAPSHOT_TABLE, rows, cpu_roots, args.profile)
             figures += translator(ep.pg_dsn, ep.kafka, env, rows, cpu_roots, say=say)
-            figures += warehouse_load(ep, env, SNAPSHOT_TABLE, rows, say=say)
+            figures += warehouse_load(ep, env, SNAPSHOT_TABLE, say=say)
             scaling += _main_points(figures, rows)
             for size in sorted(set(args.scaling) - {rows}):
                 scaling += _scale(ep, env, size, cpu_roots)

@@ -40,6 +40,12 @@ def fill(dsn: str, table: str, first: int, rows: int, transactions: int = 1) -> 
         return first_commit, current_lsn(conn)
 
 
+def count(dsn: str, table: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(sql.SQL("select count(*) from {}").format(
+            sql.Identifier(table))).fetchone()[0]
+
+
 def current_lsn(conn: psycopg.Connection) -> int:
     return int(conn.execute("select pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0])
 

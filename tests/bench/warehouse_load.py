@@ -87,7 +87,10 @@ def _load(env, path: Path, prefix: str, timeout: float = 1800) -> WarehouseProce
     return job
 
 
-def warehouse_load(ep, env: dict[str, str], table: str, rows: int, say=print) -> list[Figure]:
+def warehouse_load(ep, env: dict[str, str], table: str, say=print) -> list[Figure]:
+    """The figures above, on ``table`` as it is now (in `make bench`, the replica's lag run has
+    added rows to it)."""
+    rows = data.count(ep.pg_dsn, table)
     work = Path(tempfile.mkdtemp(prefix="bench-warehouse-load-"))
     try:
         figures = _topic(ep, env, table, rows, work, say)
