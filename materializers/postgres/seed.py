@@ -228,16 +228,21 @@ class Seeder:
             return False  # no such topic yet
         if high <= self.read_state:
             return False
-        if not consumer.assignment():
-            consumer.assign([KafkaTopicPartition(topic, 0, self.read_state)])
-        while self.read_state < high:
-            msg = consumer.poll(10)
-            if msg is None or msg.error():
-                return False
-            self.read_state = msg.offset() + 1
-            key = (msg.key() or b"").decode()
-            if "/" not in key:
-                self.capture_state[key] = json.loads(msg.value()) if msg.value() else None
+        # assigned only while it reads: an assigned partition at its end is fetched again and
+        # again on the embedded broker (materializers/core/idle.py), the very partition the
+        # capture is writing its progress to
+        consumer.assign([KafkaTopicPartition(topic, 0, self.read_state)])
+        try:
+            while self.read_state < high:
+                msg = consumer.poll(10)
+                if msg is None or msg.error():
+                    return False
+                self.read_state = msg.offset() + 1
+                key = (msg.key() or b"").decode()
+                if "/" not in key:
+                    self.capture_state[key] = json.loads(msg.value()) if msg.value() else None
+        finally:
+            consumer.unassign()
         states = [s for s in self.capture_state.values() if s]
         if any(s.get("snapshot") == "started" for s in states):
             self._mark()
