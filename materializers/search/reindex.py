@@ -105,9 +105,9 @@ def reindex(client: SearchClient, alias: str, options: ReaderOptions, *, max_lag
         raise
     finish_rebuild()
     behind = sum(v or 0 for v in loop.lag().values())
+    client.refresh(new)  # searchable before it serves: a query on the alias never sees it empty
     indices.swap(client, alias, old, new)
     rebuilt = time.monotonic() - started
-    client.refresh(new)
     documents = client.request("GET", f"/{new}/_count")["count"]
     say(f"{alias}: now served by {new} ({documents:,} documents, {behind:,} messages behind "
         f"at the swap, rebuilt in {rebuilt:.1f} s)")
