@@ -12,7 +12,7 @@ from common.config import MetricsSettings, env, load
 from common.options import option
 from common.signals import stop_on_signals
 from materializers.postgres import APPLICATION_NAME as REPLICA_APPLICATION_NAME
-from materializers.postgres import DEFAULT_GROUP
+from materializers.postgres import DEFAULT_GROUP, SEED_CHUNK_PAGES
 
 
 class ReplicaSettings(options.ViewSettings, MetricsSettings):
@@ -24,7 +24,7 @@ class ReplicaSettings(options.ViewSettings, MetricsSettings):
     adopt_existing: bool = False
     seed_from: str | None = Field(None, validation_alias=env("BOTTLER_SEED_DSN"))
     seed_workers: int = Field(2, ge=1)
-    seed_chunk_pages: int = Field(65536, ge=1)
+    seed_chunk_pages: int = Field(SEED_CHUNK_PAGES, ge=1)
     join_group: bool = False
     instance_id: str | None = None
 
@@ -58,7 +58,7 @@ def materialize_postgres(
                                       "--seed-from [default: 2] [env: BOTTLER_SEED_WORKERS]"),
     seed_chunk_pages: int | None = option(
         "--seed-chunk-pages", help="Pages (8 kB) per range a --seed-from stream copies in one "
-        "transaction [default: 65536] [env: BOTTLER_SEED_CHUNK_PAGES]"),
+        f"transaction [default: {SEED_CHUNK_PAGES}] [env: BOTTLER_SEED_CHUNK_PAGES]"),
     metrics_port: int | None = options.MetricsPort,
     metrics_host: str | None = options.MetricsHost,
     config: Path | None = options.Config,

@@ -48,7 +48,7 @@ from common.pg import connect
 from common.redact import redact
 from materializers.core.changes import TableId, table_of
 from materializers.core.decode import Decoder
-from materializers.postgres import APPLICATION_NAME, relay
+from materializers.postgres import APPLICATION_NAME, SEED_CHUNK_PAGES, relay
 from materializers.postgres.ddl import qualified, quote
 from materializers.postgres.seeds import COPYING, DONE, NOT_SEEDED
 from materializers.postgres.sink import PostgresSink
@@ -58,10 +58,6 @@ from schemas.topics import STATE, with_prefix
 log = logging.getLogger(__name__)
 
 SEED_WORKERS = 2  # parallel COPY streams: about the best on 2 cores (docs/migration.md)
-# 8 kB pages per range at most: 512 MB, seconds to copy. Each range costs two psql processes,
-# their connections and a commit (about 30 ms): with ranges of 16 MB the copy of 1M rows took a
-# fifth longer than with one range per worker (docs/migration.md).
-CHUNK_PAGES = 65536
 PROGRESS_EVERY = 10.0  # seconds between progress lines while a table is copied
 CAPTURE_WAIT_LOG = 10.0  # seconds between "waiting for the capture" lines
 CAPTURE_POLL = 0.05  # seconds between looks at the capture's records
@@ -93,7 +89,7 @@ class Seeder:
 
     def __init__(self, source_dsn: str, sink: PostgresSink, decoder: Decoder, *,
                  bootstrap: Connection, prefix: str, is_table_topic, workers: int = SEED_WORKERS,
-                 chunk_pages: int = CHUNK_PAGES, stop: threading.Event | None = None,
+                 chunk_pages: int = SEED_CHUNK_PAGES, stop: threading.Event | None = None,
                  marker: psycopg.Connection | None = None):
         if workers < 1:
             raise ValueError(f"seed workers must be at least 1, not {workers}")
