@@ -10,9 +10,13 @@ STACK_DIR ?= .stack
 STACK  ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo embedded)
 COMPOSE := docker compose -f compose/docker-compose.yml
 
-.PHONY: up down status test test-faults test-busy bench lint deps system-deps
+.PHONY: up down status test test-faults test-busy bench lint deps system-deps jars
 
-deps: system-deps $(STAMP)
+deps: system-deps $(STAMP) jars
+
+# Apache Kafka's jars, pinned in compose/jars/pom.xml, from Maven Central (once; compose/jars.py).
+jars: $(STAMP)
+	@$(BIN)/python -m compose.jars kafka >/dev/null
 
 system-deps:
 	@sh compose/system-deps.sh
@@ -50,7 +54,7 @@ test: deps
 # The fault suite alone, longer and harder than in `make test` (tests/faults/test_faults.py).
 test-faults: deps
 	BOTTLER_FAULT_SECONDS=$${BOTTLER_FAULT_SECONDS:-120} BOTTLER_FAULT_RATE=$${BOTTLER_FAULT_RATE:-50} \
-		BOTTLER_FAULT_BROKER_RESTART=$${BOTTLER_FAULT_BROKER_RESTART:-1} \
+		BOTTLER_FAULT_BROKER_KILLS=$${BOTTLER_FAULT_BROKER_KILLS:-5} \
 		$(BIN)/pytest -m faults tests/faults
 
 # The appliance test and the fault suite with every core kept busy by a busy loop beside them

@@ -145,6 +145,8 @@ class StackUpSettings(StackSettings):
         None, validation_alias=env("BOTTLER_STACK_POSTGRES_PORT"))
     kafka_port: int | None = Field(
         None, validation_alias=env("BOTTLER_STACK_KAFKA_PORT"))
+    kafka_controller_port: int | None = Field(
+        None, validation_alias=env("BOTTLER_STACK_KAFKA_CONTROLLER_PORT"))
     registry_port: int | None = Field(
         None, validation_alias=env("BOTTLER_STACK_REGISTRY_PORT"))
     search_port: int | None = Field(
@@ -178,7 +180,7 @@ def _print_stack(stack, outcome: dict[str, str] | None = None) -> None:
     apis = [  # (api, the service that serves it, endpoint)
         ("postgres", "postgres", ep.pg_dsn),
         ("kafka", "broker", ep.kafka),
-        ("search", "broker", ep.search),
+        ("search", "search-engine", ep.search),
         ("registry", "registry", ep.registry),
     ]
     apis += [(f"{app} metrics", app, url) for app, url in stack.metrics_urls().items()]
@@ -210,6 +212,7 @@ def stack_up(
     dir: Path | None = StackDir,
     postgres_port: int | None = _port("postgres", 15432),
     kafka_port: int | None = _port("kafka", 19092),
+    kafka_controller_port: int | None = _port("kafka-controller", 19093),
     registry_port: int | None = _port("registry", 18081),
     search_port: int | None = _port("search", 19200),
     metrics_port: int | None = _port("metrics", 19100),
@@ -229,12 +232,13 @@ def stack_up(
         "repeatable; remembered [default: 1 each]"),
     config: Path | None = options.Config,
 ) -> None:
-    """Start PostgreSQL, the broker (Kafka + search APIs) and the registry, and the apps;
-    idempotent."""
+    """Start PostgreSQL, the broker (Apache Kafka), the search engine and the registry, and the
+    apps; idempotent."""
     s = load(StackUpSettings, locals())
     extras.require("stack")  # before anything starts
-    names = ("postgres", "kafka", "registry", "search", "metrics", "replica_metrics",
-             "search_metrics", "warehouse_metrics", "translator_metrics", "load_metrics")
+    names = ("postgres", "kafka", "kafka_controller", "registry", "search", "metrics",
+             "replica_metrics", "search_metrics", "warehouse_metrics", "translator_metrics",
+             "load_metrics")
     ports = {name: getattr(s, f"{name}_port") for name in names}
     stack = _stack(s.dir, ports)
     outcome = stack.up(stack.APPS if s.all else tuple(s.app), demo=s.demo,

@@ -62,9 +62,6 @@ def capture(
     metrics_host: str | None = options.MetricsHost,
     heartbeat_interval: float | None = option("--heartbeat-interval",
                                               help="Seconds between heartbeats [10]"),
-    confirm_delay: float | None = option(
-        "--confirm-delay",
-        help="Seconds an acknowledged position waits before it is confirmed to PostgreSQL [0]"),
     transaction_topic: bool = option("--transaction-topic", default=False,
                                      help="Publish transaction boundaries."),
     replica_identity_full: bool = option(

@@ -121,7 +121,7 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, admin:
     streamer = Streamer(
         s.postgres, s.slot, publications.existing(), tables, control, publisher, admin,
         heartbeats=catalog, heartbeat_interval=s.heartbeat_interval,
-        confirm_delay=s.confirm_delay, transaction_topic=s.transaction_topic,
+        transaction_topic=s.transaction_topic,
         watcher=Watcher(publications) if publications.managed else None, progress=progress,
         chunk_rows=s.incremental_chunk_rows,
     )

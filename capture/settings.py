@@ -39,7 +39,6 @@ class CaptureSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings, Metr
     snapshot_chunk_pages: int = Field(2000, ge=1)  # 8 kB pages: ~16 MB of table per chunk
     incremental_chunk_rows: int = Field(10_000, ge=1)  # rows an incremental snapshot reads at once
     heartbeat_interval: float = Field(10.0, gt=0)
-    confirm_delay: float = Field(0.0, ge=0)
     transaction_topic: bool = False
     replica_identity_full: bool = False
     # how dates and times are typed in the schemas (schemas/temporal.py): Avro logical types, or

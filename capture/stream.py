@@ -7,7 +7,6 @@ import logging
 import select
 import threading
 import time
-from collections import deque
 
 import psycopg
 import psycopg2
@@ -48,7 +47,6 @@ class Streamer:
         heartbeats: psycopg.Connection,
         heartbeat_interval: float,
         transaction_topic: bool,
-        confirm_delay: float = 0.0,
         watcher: Watcher | None = None,
         progress: CaptureState | None = None,
         chunk_rows: int = 10_000,
@@ -77,12 +75,6 @@ class Streamer:
         self.confirmed_sent = 0
         self._lsn = 0  # the WAL position of the message being handled
         self._commit_time = b""  # its transaction's, as a header value
-        # A broker that acknowledges before its data is durable (one that saves periodically)
-        # can lose the last acknowledged messages when it restarts: positions are confirmed
-        # only ``confirm_delay`` seconds after their acknowledgement, so a capture restarted
-        # then (the broker's restart makes the idempotent producer fail) publishes them again.
-        self.confirm_delay = confirm_delay
-        self._acked: deque[tuple[float, int]] = deque()  # (when acknowledged, LSN), in order
         # Tables re-published in chunks between the stream's transactions (new ones, requests).
         self.incremental = IncrementalSnapshots(dsn, slot, tables, publications, progress,
                                                 chunk_rows, publisher.data_error,
@@ -156,7 +148,7 @@ class Streamer:
             # other databases' WAL, so retained WAL stays bounded.
             self.tracker.idle_at(cur.wal_end)
         now = time.monotonic()
-        confirmed = self._delayed(self.tracker.confirmed(), now)
+        confirmed = self.tracker.confirmed()
         due = force or now - self._feedback_at >= FEEDBACK_INTERVAL
         if confirmed != self.confirmed_sent and due:
             # force: psycopg2 would otherwise wait for its status interval (10 s) to send it
@@ -166,18 +158,6 @@ class Streamer:
             self.incremental.confirmed(confirmed)
         metrics.IN_FLIGHT.set(self.tracker.in_flight)
         metrics.LAG_BYTES.set(max(cur.wal_end - confirmed, 0))
-
-    def _delayed(self, acked: int, now: float) -> int:
-        """The highest acknowledged LSN that was acknowledged ``confirm_delay`` seconds ago."""
-        if not self.confirm_delay:
-            return acked
-        if not self._acked or self._acked[-1][1] != acked:
-            self._acked.append((now, acked))
-        cutoff = now - self.confirm_delay
-        while len(self._acked) > 1 and self._acked[1][0] <= cutoff:
-            self._acked.popleft()
-        when, lsn = self._acked[0]
-        return lsn if when <= cutoff else self.confirmed_sent
 
     def _maybe_heartbeat(self) -> None:
         due = time.monotonic() - self._last_heartbeat >= self.heartbeat_interval

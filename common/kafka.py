@@ -73,16 +73,9 @@ def check_broker(connection: Connection, timeout: float = 10.0) -> None:
                 "check --broker (BOTTLER_KAFKA) and the Kafka client properties (-C, "
                 "BOTTLER_KAFKA_CONFIG, the `kafka:` section of the --config file)")
 
-# librdkafka refuses a fetch response larger than receive.message.max.bytes (100 MB by
-# default) and asks again, for ever. Kafka keeps a response within fetch.max.bytes (50 MB by
-# default); the embedded broker (noida-db) answers with everything after the offset asked, so
-# reading a backlog of more than 100 MB from it (a rebuild of 1.4M rows of ~100 B, say) would
-# never start. Reading it takes memory in proportion (about 0.5 KB per message waiting).
-BACKLOG_READER = {"receive.message.max.bytes": 1 << 30}
-
 # Kafka's topic names: ASCII letters, digits, '.', '_' and '-', at most 249 characters. A
-# prefix is checked up front: a broker that takes another character (noida-db takes '/') still
-# leaves names the registry's URLs cannot carry (`<topic>-value` subjects).
+# prefix is checked up front: a broker that takes another character still leaves names the
+# registry's URLs cannot carry (`<topic>-value` subjects).
 _LEGAL = re.compile(r"[A-Za-z0-9._-]*")
 PREFIX_MAX = 200  # leaves room for the schema and table names
 

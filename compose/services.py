@@ -15,6 +15,7 @@ import httpx
 from common import extras
 from common.errors import BottlerError
 from compose import supervise
+from compose.kafka import KafkaNode
 from compose.procs import MARK, PidFile, end_marked, port_answers, spawn, terminate, wait_until
 from compose.supervise import State
 
@@ -46,6 +47,9 @@ class Service:
     start_timeout: float = 30.0
     env: dict[str, str] | None = None  # secrets go here, not in argv (which `ps` shows)
     supervised: bool = False
+    # run before each start (not a supervisor's restart): prepares the service's files and
+    # returns its command, which may depend on them (a JVM's classpath, say)
+    prepare: Callable[[], list[str]] | None = None
 
     @property
     def state_file(self) -> Path:
@@ -67,11 +71,11 @@ class Service:
         return PidFile(self.pidfile, self.marker).running_pid()
 
     def start(self) -> None:
-        argv = self.argv
+        argv = self.prepare() if self.prepare else self.argv
         if self.supervised:
             self.state_file.parent.mkdir(parents=True, exist_ok=True)
             self.state_file.unlink(missing_ok=True)  # a previous run's
-            argv = supervise.command(self.name, self.argv, self.stack, self.state_file, self.log)
+            argv = supervise.command(self.name, argv, self.stack, self.state_file, self.log)
         proc = spawn(argv, self.log, env={**os.environ, **(self.env or {}), MARK: self.mark})
         PidFile(self.pidfile, self.marker).write(proc.pid)
 
@@ -111,20 +115,54 @@ def noida_binary() -> Path:
     return Path(noida_db.__file__).parent / "noida-db"
 
 
-def broker(root: Path, kafka_port: int, search_port: int) -> Service:
-    """One noida-db process serving the Kafka API and the Elasticsearch API."""
+def kafka_ready(port: int) -> Callable[[], bool]:
+    """Ready once the node answers a metadata request with itself as a broker (its port opens
+    a moment before it is unfenced)."""
+    def check() -> bool:
+        if not port_answers(port):
+            return False
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "log_level": 0})
+        try:
+            return bool(admin.list_topics(timeout=2).brokers)
+        except KafkaException:
+            return False
+
+    return check
+
+
+def broker(root: Path, port: int, controller_port: int, cluster_id: str) -> Service:
+    """Apache Kafka: one KRaft node, broker and controller (compose/kafka.py)."""
+    node = KafkaNode(root, port, controller_port, cluster_id)
     return Service(
         name="broker",
-        argv=[
-            str(noida_binary()), "start", "--only", "kafka,elasticsearch",
-            "--host", "127.0.0.1",
-            "--kafka-port", str(kafka_port), "--elasticsearch-port", str(search_port),
-            "--data-dir", str(root / "broker"),
-        ],
-        marker="noida-db",
-        ready=lambda: port_answers(kafka_port) and http_ok(f"http://127.0.0.1:{search_port}/")(),
+        argv=[],  # node.prepare() writes the settings, formats the storage and says
+        prepare=node.prepare,
+        marker="kafka.Kafka",
+        ready=kafka_ready(port),
         pidfile=root / "run" / "broker.pid",
         log=root / "logs" / "broker.log",
+        stack=root,
+        start_timeout=90.0,  # a JVM on two busy cores
+        supervised=True,
+    )
+
+
+def search_engine(root: Path, port: int) -> Service:
+    """The search API: noida-db's Elasticsearch API (answers as 8.15)."""
+    return Service(
+        name="search-engine",
+        argv=[
+            str(noida_binary()), "start", "--only", "elasticsearch",
+            "--host", "127.0.0.1", "--elasticsearch-port", str(port),
+            "--data-dir", str(root / "search-engine"),
+        ],
+        marker="noida-db",
+        ready=http_ok(f"http://127.0.0.1:{port}/"),
+        pidfile=root / "run" / "search-engine.pid",
+        log=root / "logs" / "search-engine.log",
         stack=root,
         supervised=True,
     )
@@ -169,9 +207,7 @@ def _app(root: Path, name: str, command: list[str], env: dict[str, str],
 
 def capture(root: Path, env: dict[str, str], metrics_port: int) -> Service:
     """The capture of the stack's database into its broker (slot `bottler`)."""
-    # noida-db acknowledges before it saves: positions wait 5 s before they are confirmed
-    return _app(root, "capture", ["capture", "--slot", "bottler", "--confirm-delay", "5"], env,
-                metrics_port)
+    return _app(root, "capture", ["capture", "--slot", "bottler"], env, metrics_port)
 
 
 def replica(root: Path, env: dict[str, str], metrics_port: int,

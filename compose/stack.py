@@ -8,7 +8,6 @@ import os
 import secrets
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields, replace
@@ -17,19 +16,20 @@ from pathlib import Path
 from common.errors import BottlerError
 from compose import services
 from compose.demo import seed
+from compose.kafka import new_cluster_id
 from compose.postgres import PostgresCluster
 from compose.procs import PidFile, free_port, port_is_free, terminate
 from compose.supervise import State, hold_file
 
 SOURCE_DB = "shop"
 REPLICA_DB = "replica"  # the target-Postgres replica's database (make up)
-JOIN_WAIT = 60.0  # seconds an instance waits for the one before it to hold its partitions
 
 
 @dataclass(frozen=True)
 class Ports:
     postgres: int = 15432
     kafka: int = 19092
+    kafka_controller: int = 19093  # the KRaft controller's listener
     registry: int = 18081
     search: int = 19200
     metrics: int = 19100  # the capture's Prometheus endpoint
@@ -57,10 +57,11 @@ class Endpoints:
 
 
 class Stack:
-    """Start order is postgres, broker, registry (the registry keeps its schemas in the broker),
-    then the appliance's processes that were asked for (`apps`), which the stack remembers."""
+    """Start order is postgres, the broker (Kafka), the search engine, the registry (it keeps its
+    schemas in the broker), then the appliance's processes that were asked for (`apps`), which
+    the stack remembers."""
 
-    ORDER = ("postgres", "broker", "registry")
+    ORDER = ("postgres", "broker", "search-engine", "registry")
     APPS = ("capture", "replica", "search", "warehouse", "translator", "load")
     # views that run as several instances in one consumer group (`up --instances replica=2`):
     # processes replica, replica-2, …, each with --join-group --instance-id <its name>
@@ -73,6 +74,7 @@ class Stack:
         self.env_file = self.root / "env"
         state = self._load_state()
         self.password = state.get("pg_password") or secrets.token_urlsafe(18)
+        self.cluster_id = state.get("kafka_cluster_id") or new_cluster_id()
         self.apps: list[str] = state.get("apps", [])
         self.instances: dict[str, int] = state.get("instances", {})  # app -> count, if not 1
         self.instance_ports: dict[str, int] = state.get("instance_ports", {})  # their metrics
@@ -91,7 +93,12 @@ class Stack:
 
     @property
     def broker(self) -> services.Service:
-        return services.broker(self.root, self.ports.kafka, self.ports.search)
+        return services.broker(self.root, self.ports.kafka, self.ports.kafka_controller,
+                               self.cluster_id)
+
+    @property
+    def search_engine(self) -> services.Service:
+        return services.search_engine(self.root, self.ports.search)
 
     @property
     def registry(self) -> services.Service:
@@ -143,7 +150,7 @@ class Stack:
         if name not in self.ORDER:
             choices = ", ".join(self.ORDER + self.APPS)
             raise BottlerError(f"unknown service {name!r}", f"choose one of {choices}")
-        return getattr(self, name)
+        return getattr(self, name.replace("-", "_"))
 
     def _app(self, name: str) -> services.Service:
         """An appliance process, built by its namesake in ``services`` with the stack's
@@ -245,7 +252,6 @@ class Stack:
                 outcome[name] = "already running"
                 continue
             self._check_port(name)
-            self._after_previous_instance(name)
             if name == "postgres":
                 pg = self.postgres
                 if not pg.initialized():
@@ -255,20 +261,6 @@ class Stack:
                 self.part(name).start()
             outcome[name] = "started"
         return outcome
-
-    def _after_previous_instance(self, name: str) -> None:
-        """A view's second (third...) instance starts once the one before holds its partitions:
-        two members joining a new group at one moment can leave it unassigned for ever on the
-        embedded broker (docs/materializers.md). After JOIN_WAIT seconds it starts anyway (the
-        capture may have no topics yet: nobody holds anything)."""
-        instance = self._instance_of(name)
-        if instance is None:
-            return
-        app, number = instance
-        previous = app if number == 2 else f"{app}-{number - 1}"
-        until = time.monotonic() + JOIN_WAIT
-        while time.monotonic() < until and not _holds_partitions(self.endpoints.kafka, previous):
-            time.sleep(0.5)
 
     def down(self) -> dict[str, str]:
         """Stop everything, at any moment: a `stack up` still starting things (in another
@@ -326,7 +318,8 @@ class Stack:
                 self.instance_ports[name] = free_port()  # chosen by us: another will do
                 self._save_state()
             return
-        port_name = {"broker": ("kafka", "search"), "capture": ("metrics",)}.get(
+        port_name = {"broker": ("kafka", "kafka_controller"), "search-engine": ("search",),
+                     "capture": ("metrics",)}.get(
             name, (f"{name}_metrics",) if name in self.APPS else (name,))
         for pn in port_name:
             port = getattr(self.ports, pn)
@@ -352,7 +345,8 @@ class Stack:
             ) from None
 
     def _save_state(self) -> None:
-        state = {"ports": asdict(self.ports), "pg_password": self.password, "apps": self.apps,
+        state = {"ports": asdict(self.ports), "pg_password": self.password,
+                 "kafka_cluster_id": self.cluster_id, "apps": self.apps,
                  "instances": self.instances, "instance_ports": self.instance_ports}
         self.state_file.write_text(json.dumps(state, indent=2) + "\n")
         self.state_file.chmod(0o600)  # holds the database password
@@ -391,19 +385,3 @@ def isolated_stack() -> Iterator[Stack]:
     finally:
         stack.down()
         shutil.rmtree(base, ignore_errors=True)
-
-
-def _holds_partitions(bootstrap: str, instance_id: str) -> bool:
-    """Whether a consumer group member named ``instance_id`` (--instance-id) holds partitions."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    try:
-        groups = [g.group_id for g in admin.list_consumer_groups(request_timeout=3).result().valid]
-        described = admin.describe_consumer_groups(groups, request_timeout=3) if groups else {}
-        return any(m.group_instance_id == instance_id and m.assignment
-                   and m.assignment.topic_partitions
-                   for future in described.values() for m in future.result().members)
-    except KafkaException:
-        return False

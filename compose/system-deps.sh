@@ -1,12 +1,17 @@
 #!/bin/sh
 # Install the Debian packages the embedded stack needs, only when they are missing:
 # PostgreSQL's server binaries (initdb, pg_ctl, postgres), its client tools (psql,
-# pg_recvlogical) and a Java runtime for PySpark.
+# pg_recvlogical), a Java 17 runtime for Kafka and PySpark, and Maven, which fetches Kafka's
+# jars from Maven Central (compose/jars.py).
 set -e
 need=""
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need="$need postgresql postgresql-contrib"
 command -v pg_recvlogical >/dev/null 2>&1 || need="$need postgresql-client"
-command -v java >/dev/null 2>&1 || need="$need openjdk-17-jre-headless"
+java_major() { java -version 2>&1 | sed -n 's/.*version "\(1\.\)\{0,1\}\([0-9]*\).*/\2/p' | head -1; }
+if [ -z "$JAVA_HOME" ] && { ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ]; }; then
+    need="$need openjdk-17-jre-headless"
+fi
+command -v mvn >/dev/null 2>&1 || need="$need maven"
 [ -z "$need" ] && exit 0
 
 echo "installing Debian packages:$need"

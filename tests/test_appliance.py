@@ -69,7 +69,7 @@ def test_the_appliance_runs_and_every_view_follows():
         order = rows(ep.pg_dsn, "insert into orders (customer_id) values (1) returning id")[0][0]
         execute(ep.pg_dsn, f"update orders set status = 'paid' where id = {order}")
         wait_for(lambda: metric(metrics_url, "bottler_capture_confirmed_lsn") > 0, 30,
-                 "a confirmed position (after the stack's 5 s --confirm-delay)")
+                 "a confirmed position")
 
         replica = stack.postgres.dsn("replica")
 

@@ -33,9 +33,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from common import gctune
-from common.kafka import BACKLOG_READER, Connection, client_config
+from common.kafka import Connection, client_config
 from common.registry import Registry
-from materializers.core import idle, metrics, poison, positions, watermarks
+from materializers.core import metrics, poison, positions, watermarks
 from materializers.core.changes import Change, TableId, TopicPartition, table_of
 from materializers.core.decode import DecodeError, Decoder
 from materializers.core.lag import LagTracker
@@ -139,14 +139,14 @@ class Materializer:
             "auto.offset.reset": "earliest",
             "enable.partition.eof": False,
             "topic.metadata.refresh.interval.ms": 5000,
-            # Prefetch two batches, not librdkafka's 100k messages, and do not re-ask at once
-            # when a fetch comes back empty: a caught-up reader otherwise keeps a core busy.
+            # Prefetch two batches, not librdkafka's 100k messages (memory), and fetch again
+            # 20 ms after the queue had its fill, not librdkafka's 1 s (a backlog's pace).
             "queued.min.messages": 2 * batch_size,
             "fetch.queue.backoff.ms": 20,
-            **BACKLOG_READER,
             **(GROUP_SETTINGS if join_group else {}),
-            # static membership: a restarted instance takes its partitions back at once, with
-            # no rebalance (and on a broker that never expires a killed member's session)
+            # static membership: an instance its supervisor restarts within the session
+            # timeout takes its partitions back with no rebalance; a dead one's move to the
+            # others once its session expires
             **({"group.instance.id": instance_id} if join_group and instance_id else {}),
             # how `bottler status` names the instance
             **({"client.id": instance_id or f"{self.name}@{socket.gethostname()}:{os.getpid()}"}
@@ -381,10 +381,6 @@ class Materializer:
             self._gave_back = True
             gctune.give_back()  # the backlog's fetch buffers, freed by now
         self._show_progress()
-        if not messages and self.caught_up.is_set() and not self.join_group:
-            # nothing new (and everything applied: _settled above): rest until there is; a
-            # group's assignment is the group's, not to be let go of
-            idle.rest(self._consumer, {tp: self._position.get(tp, 0) for tp in self._assigned})
 
     def _refetch(self, messages: list[Message]) -> None:
         """Messages returned by a consume during which the assignment changed may come from

@@ -44,9 +44,9 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from common.errors import BottlerError
-from common.kafka import BACKLOG_READER, Connection, client_config
+from common.kafka import Connection, client_config
 from common.registry import Registry, registry_client
-from materializers.core import dead_letters, idle, positions, watermarks
+from materializers.core import dead_letters, positions, watermarks
 from materializers.core import metrics as core_metrics
 from materializers.core.changes import TopicPartition, table_of
 from materializers.core.decode import DecodeError, Decoder
@@ -144,7 +144,6 @@ class TranslatorRunner:
             "auto.offset.reset": "earliest",
             "enable.partition.eof": False,
             "error_cb": self._client_error,
-            **BACKLOG_READER,
             # several instances: static membership (see materializers/core/loop.py)
             **({**GROUP_SETTINGS, "group.instance.id": instance_id, "client.id": instance_id}
                if join_group else {}),
@@ -359,8 +358,6 @@ class TranslatorRunner:
             self._transact(messages)
         self._refresh_watermarks(force=len(messages) < self.batch_size)
         self.tracker.check()
-        if not consumed and self.caught_up.is_set() and not self.join_group:
-            idle.rest(self._consumer, dict(self._position))  # nothing new: until there is
 
     def _refetch(self, messages: list[Message]) -> None:
         """Messages of a consume during which the assignment changed may come from before it:

@@ -29,7 +29,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from common.errors import BottlerError
-from common.kafka import BACKLOG_READER, Connection, client_config
+from common.kafka import Connection, client_config
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class KeyedState:
         consumer = Consumer({
             **client_config(bootstrap), "group.id": f"bottler-restore-{uuid.uuid4().hex}",
             "isolation.level": "read_committed", "enable.auto.commit": False,
-            "enable.partition.eof": True, **BACKLOG_READER,
+            "enable.partition.eof": True,
         })
         read = 0
         try:

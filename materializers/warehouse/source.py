@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from common.kafka import BACKLOG_READER, Connection, client_config
+from common.kafka import Connection, client_config
 from common.registry import Registry
 from materializers.core.decode import DecodeError, Decoder
 
@@ -64,7 +64,7 @@ def read_range(bootstrap: Connection, topic: str, partition: int, start: int,
         return
     consumer = Consumer({**client_config(bootstrap), "group.id": "bottler-warehouse-ranges",
                          "enable.auto.commit": False, "enable.partition.eof": True,
-                         "fetch.max.bytes": 64 << 20, **BACKLOG_READER})
+                         "fetch.max.bytes": 64 << 20})
     try:
         consumer.assign([KafkaTopicPartition(topic, partition, start)])
         last = time.monotonic()

@@ -86,12 +86,18 @@ class Faults:
             time.sleep(1.0)
             self.stack.postgres.start()
 
-    def restart_broker(self) -> None:
-        with self.supervisor.paused:
-            self.stack.broker.stop()  # gracefully: noida-db saves its data
-            ports = (self.stack.ports.kafka, self.stack.ports.search)
-            wait_until(lambda: all(port_is_free(p) for p in ports), 30, "the broker's ports")
-            self.stack.broker.start()
+    def stop_broker(self, seconds: float = 5.0) -> Callable[[], None]:
+        """Kafka stopped gracefully (its controlled shutdown) mid-stream, started again
+        ``seconds`` later: every client meanwhile retries, or fails and is restarted."""
+        def broker_down() -> None:
+            with self.supervisor.paused:
+                self.stack.broker.stop()
+                ports = (self.stack.ports.kafka, self.stack.ports.kafka_controller)
+                wait_until(lambda: all(port_is_free(p) for p in ports), 30, "the broker's ports")
+                time.sleep(seconds)
+                self.stack.broker.start()
+        broker_down.__name__ = f"broker stopped {seconds:.0f} s"
+        return broker_down
 
     def stop_registry(self, seconds: float = 5.0) -> Callable[[], None]:
         def registry_down() -> None:
@@ -103,14 +109,13 @@ class Faults:
         return registry_down
 
     def schedule(self, duration: float, rng: random.Random,
-                 broker: bool = True) -> list[tuple[float, Callable]]:
-        """Every app killed twice, Postgres and (with ``broker``) the broker restarted, the
-        registry stopped: in random order, spread over ``duration`` seconds, the first after a
-        few seconds."""
+                 broker_kills: int = 2) -> list[tuple[float, Callable]]:
+        """Every app killed twice, the broker killed ``broker_kills`` times (its supervisor
+        restarts it) and stopped gracefully once, Postgres restarted, the registry stopped: in
+        random order, spread over ``duration`` seconds, the first after a few seconds."""
         faults: list[Callable] = [self.kill(app) for app in self.stack.apps for _ in range(2)]
-        faults += [self.restart_postgres, self.stop_registry()]
-        if broker:
-            faults.append(self.restart_broker)
+        faults += [self.kill("broker") for _ in range(broker_kills)]
+        faults += [self.restart_postgres, self.stop_registry(), self.stop_broker()]
         rng.shuffle(faults)
         step = duration / (len(faults) + 1)
         return [(step * (i + 1) + rng.uniform(-step / 3, step / 3), f)

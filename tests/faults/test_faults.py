@@ -31,11 +31,9 @@ from tests.faults.appliance import Faults, Supervisor, inject
 DURATION = float(os.environ.get("BOTTLER_FAULT_SECONDS", "40"))
 RATE = float(os.environ.get("BOTTLER_FAULT_RATE", "30"))
 SEED = int(os.environ.get("BOTTLER_FAULT_SEED", str(random.randrange(10**6))))
-# noida-db loses the writes of its last moments on a graceful restart: acknowledged messages
-# (the capture's --confirm-delay covers those) and transaction markers, which can leave a
-# transaction open for ever and every read_committed reader of its partition stuck (seen here
-# once in five runs). `make test-faults` restarts the broker; `make test` (CI) does not.
-BROKER_RESTART = os.environ.get("BOTTLER_FAULT_BROKER_RESTART", "0") == "1"
+# kill -9s of the broker under load (`make test-faults` asks for more); nothing acknowledged
+# may be lost: Kafka's log is on disk (the page cache) before it acknowledges
+BROKER_KILLS = int(os.environ.get("BOTTLER_FAULT_BROKER_KILLS", "2"))
 APPS = ("capture", "replica", "warehouse", "translator")
 SHOP_TOPICS = ["customers", "products", "orders", "order_items"]
 CONVERGE_SECONDS = 180
@@ -68,7 +66,7 @@ def test_every_view_equals_the_source_after_faults_under_load(capsys):
         load.start()
         try:
             done = inject(Faults(stack, supervisor).schedule(DURATION * 0.9, rng,
-                                                             BROKER_RESTART), started, stop)
+                                                             BROKER_KILLS), started, stop)
             load.join(DURATION + 60)
             loaded = time.monotonic() - started
             checks = converge(stack, time.monotonic() + CONVERGE_SECONDS)
@@ -99,6 +97,6 @@ def test_every_view_equals_the_source_after_faults_under_load(capsys):
     ]
     with capsys.disabled():
         print("\n" + "\n".join(report))
-    assert len(done) == len(APPS) * 2 + 2 + BROKER_RESTART, "every fault was injected"
+    assert len(done) == len(APPS) * 2 + BROKER_KILLS + 3, "every fault was injected"
     assert commits > RATE * DURATION * 0.5, "the load held"
     assert all(c.equal for c in checks), "\n".join(report)
