@@ -6,8 +6,11 @@ user's columns and rows kept, or refused with one clear line and the target unto
 
 from __future__ import annotations
 
+import uuid
+
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tests.support import execute, fresh_database, rows, wait_for, wait_streaming
 from tests.test_capture_errors import assert_clear_error, bottler
@@ -174,3 +177,40 @@ def test_an_adopted_table_keeps_its_rows_through_events_from_before_its_adoption
     assert rows(target, "select id, v from ch order by id") == [
         (2, "new"), (3, "later"), (999, "user")]
     assert rows(target, "select id from dl order by id") == [(7,), (70,)]
+
+
+@pytest.fixture
+def role(stack, target):
+    """A login role with a password and no privilege in the target; dropped at the end."""
+    name = f"rep_{uuid.uuid4().hex[:8]}"
+    execute(stack.pg_dsn, f"create role {name} login password 'Pw{name}'")
+    yield name
+    execute(target, f"drop owned by {name}")
+    execute(stack.pg_dsn, f"drop role {name}")
+
+
+def test_a_replica_role_without_privileges_gets_one_line_and_leaves_nothing(
+        stack, captured, target, prefix, role):
+    """Issue 25: a role without CREATE on the target database, then without CREATE on schema
+    public: one line naming the privilege and the GRANT; no schema bottler left behind."""
+    dsn = make_conninfo(target, user=role, password=f"Pw{role}")
+    dbname = conninfo_to_dict(target)["dbname"]
+    no_bottler = "select count(*) from pg_namespace where nspname = 'bottler'"
+
+    refused = replicate(stack, dsn, prefix)
+    assert_clear_error(refused, role, f"database {dbname}",
+                       f"grant create on database {dbname} to {role}", secrets=(f"Pw{role}",))
+    assert rows(target, no_bottler) == [(0,)]
+
+    execute(target, f"grant create on database {dbname} to {role}")
+    refused = replicate(stack, dsn, prefix)
+    assert_clear_error(refused, role, "schema public",
+                       f"grant usage, create on schema public to {role}",
+                       secrets=(f"Pw{role}",))
+    assert rows(target, no_bottler) == [(0,)]
+    assert rows(target, "select count(*) from pg_tables where schemaname = 'public'") == [(0,)]
+
+    execute(target, f"grant usage, create on schema public to {role}")
+    granted = replicate(stack, dsn, prefix)
+    assert granted.returncode == 0, granted.stderr
+    assert rows(target, T1) == rows(captured, T1)

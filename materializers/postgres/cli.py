@@ -111,5 +111,8 @@ def materialize_postgres(
             materializer.run_until_caught_up()
             return
         materializer.run(stop)
+    except BaseException:
+        sink.abandon()  # a failed start leaves no bookkeeping schema behind
+        raise
     finally:
         sink.close()

@@ -26,7 +26,7 @@ import psycopg
 from common.pg import connect
 from materializers.core.changes import Change, TableId, TopicPartition
 from materializers.core.sink import Offsets, OffsetsMoved, RejectedChange
-from materializers.postgres import APPLICATION_NAME, adoption, ownership, seeds
+from materializers.postgres import APPLICATION_NAME, adoption, ownership, privileges, seeds
 from materializers.postgres.ddl import (
     ColumnShape,
     TableShape,
@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 _DIGITS_ONLY = {str}  # converters whose text never needs COPY escapes (ints: digits, '-')
 
 OFFSETS_DDL = [
-    "create schema if not exists bottler",
     "create table if not exists bottler.offsets (group_id text not null, topic text not null,"
     " partition int not null, next_offset bigint not null,"
     " primary key (group_id, topic, partition))",
@@ -138,6 +137,7 @@ class PostgresSink:
         self.group_id = group_id
         self.adopt_existing = adopt_existing
         self._kept: dict[TableId, list[str] | None] = {}  # adopted rows' columns (adoption.py)
+        self._created_schema = False  # by this sink: a failed start drops it (abandon)
         self.rows_written = 0
         self.rows_staged = 0
         self.flushes = 0
@@ -208,9 +208,10 @@ class PostgresSink:
 
     def write(self, changes: Sequence[Change], offsets: Offsets) -> None:
         try:
-            self._write(changes)
-            if offsets:
-                self._store_offsets(offsets)
+            with privileges.explained(self._conn):
+                self._write(changes)
+                if offsets:
+                    self._store_offsets(offsets)
         except BaseException:
             self._reset()
             raise
@@ -588,13 +589,39 @@ class PostgresSink:
         for statement in session_statements():
             self._conn.execute(statement)
         self._conn.commit()
-        with self._conn.transaction():
+        with privileges.explained(self._conn), self._conn.transaction():
             # instances starting at once: `if not exists` is no guard against a concurrent
             # create (a duplicate key in the catalog), so one creates, the others wait and see it
             self._conn.execute("select pg_advisory_xact_lock(%s)", (DDL_LOCK,))
+            if self._conn.execute("select to_regnamespace('bottler')").fetchone()[0] is None:
+                # (CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when it exists)
+                self._conn.execute("create schema bottler")
+                self._created_schema = True
             for statement in (OFFSETS_DDL + ownership.OWNERSHIP_DDL + adoption.ADOPTION_DDL
                               + seeds.SEEDS_DDL):
                 self._conn.execute(statement)
+
+    def abandon(self) -> None:
+        """A failed start: the schema ``bottler`` goes if this sink created it and nothing was
+        stored in it since (no flush of its own nor of another instance)."""
+        if not self._created_schema or self.flushes:
+            return
+        try:
+            self._reset()
+            conn = self._conn
+            with conn.transaction():
+                conn.execute("select pg_advisory_xact_lock(%s)", (DDL_LOCK,))
+                used = conn.execute(
+                    "select exists (select from bottler.offsets) or exists (select from"
+                    " bottler.replica_tables) or exists (select from bottler.seeds)"
+                ).fetchone()[0]
+                if not used:
+                    conn.execute("drop schema bottler cascade")
+                    log.info("removed the schema bottler this failed start created")
+        except psycopg.Error as exc:  # the failure that brought us here matters more
+            log.warning("could not remove the schema bottler this failed start created: %s",
+                        exc)
+        self._created_schema = False
 
     def _reset(self) -> None:
         """Discard the open transaction and everything known of the tables in it."""
