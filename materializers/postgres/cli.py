@@ -111,7 +111,7 @@ def materialize_postgres(
             materializer.run_until_caught_up()
             return
         materializer.run(stop)
-    except BaseException:
+    except Exception:
         sink.abandon()  # a failed start leaves no bookkeeping schema behind
         raise
     finally:

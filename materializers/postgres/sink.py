@@ -153,16 +153,18 @@ class PostgresSink:
         self._known: dict[TopicPartition, int | None] = {}
         self._writing: dict[TopicPartition, int] = {}
         self._setup()
-        self._point = adoption.Point(self._conn, group_id)
+        with privileges.explained(self._conn):
+            self._point = adoption.Point(self._conn, group_id)
         self._conn.rollback()
 
     # -- the Sink protocol ---------------------------------------------------------------
 
     def stored_offsets(self, partitions: Sequence[TopicPartition]) -> Offsets | None:
         self._reset()
-        self._point = adoption.Point(self._conn, self.group_id)
-        stored = _stored(self._conn, self.group_id, partitions)
-        found = _with_seed_starts(self._conn, self.group_id, partitions, stored)
+        with privileges.explained(self._conn):
+            self._point = adoption.Point(self._conn, self.group_id)
+            stored = _stored(self._conn, self.group_id, partitions)
+            found = _with_seed_starts(self._conn, self.group_id, partitions, stored)
         self._conn.rollback()
         # what bottler.offsets holds (a seed's start is not there yet: the first write inserts)
         self._known = {tp: stored.get(tp) for tp in partitions}
@@ -178,7 +180,9 @@ class PostgresSink:
         end offsets now) as the adoption point, unless one is recorded: ``--adopt-existing``
         calls this before reading. Events before it never remove the user's rows."""
         self._reset()
-        if adoption.Point.record(self._conn, self.group_id, ends):
+        with privileges.explained(self._conn):
+            recorded = adoption.Point.record(self._conn, self.group_id, ends)
+        if recorded:
             log.info("adopting tables from here: events before %s never remove the rows of the"
                      " tables adopted with rows", ", ".join(
                          f"{t}[{p}]@{o}" for (t, p), o in sorted(ends.items())) or "now")
