@@ -190,7 +190,7 @@ def _publications(dsn: str, slot: str) -> list[str]:
 def _search_indices(url: str, topics: set[str]) -> list[SearchIndex]:
     """The physical indices whose offsets document names retired topics (bottler-offsets)."""
     from materializers.search.client import SearchClient
-    from materializers.search.indices import OFFSETS_INDEX
+    from materializers.search.indices import OFFSETS_INDEX, created_by_bottler
 
     client = SearchClient(url)
     if not client.exists(OFFSETS_INDEX):
@@ -203,7 +203,11 @@ def _search_indices(url: str, topics: set[str]) -> list[SearchIndex]:
         doc = hit["_source"]
         read = {t for t, _, _ in doc.get("offsets", [])}
         if read & topics:
-            found.append(SearchIndex(doc["index"], doc.get("alias"), read <= topics))
+            # an index of that name that bottler did not create (its offsets document is an
+            # older index's) is never deleted: only the document's offsets go
+            own = client.index_uuid(doc["index"]) is None or created_by_bottler(client,
+                                                                                doc["index"])
+            found.append(SearchIndex(doc["index"], doc.get("alias"), read <= topics and own))
     return found
 
 

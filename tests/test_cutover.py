@@ -49,6 +49,16 @@ def cutover(stack, source: str, target: str, prefix: str, *args: str) -> subproc
     )
 
 
+def adoption_recorded(target: str, group: str, proc: subprocess.Popen):
+    """Whether the replica of consumer group ``group`` has recorded its adoption point."""
+    def recorded() -> bool:
+        assert proc.poll() is None, "the replica ended"
+        return rows(target, "select to_regclass('bottler.adoption_starts') is not null") == [
+            (True,)] and rows(target, "select count(*) from bottler.adoption_starts"
+                                      f" where group_id = '{group}'") == [(1,)]
+    return recorded
+
+
 def caught_up(stack, source, target, prefix, group="bottler-postgres", proc=None):
     def check():
         assert proc is None or proc.poll() is None, "the replica exited"
@@ -234,6 +244,10 @@ def test_going_back_is_a_cutover_the_other_way(stack, source, prefix, start, tmp
         backward = replica(stack, source, back, log, "--group-id", "bottler-back",
                            "--adopt-existing")
         try:
+            # The application starts once the replica has recorded where its adoption starts:
+            # events before that point never remove the old database's rows (docs/migration.md)
+            wait_for(adoption_recorded(source, "bottler-back", backward), 60,
+                     "the replica to record its adoption point")
             # The application writes to the new database, ids from its sequences.
             execute(target,
                     "insert into parents (name) select 'new' || g from generate_series(1, 5) g",

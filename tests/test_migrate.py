@@ -264,3 +264,23 @@ def test_status_reports_lag(stack, pair):
     assert "caught up: yes" in done.stdout
     assert items in done.stdout
     assert rows(target, "select count(*) from bottler.offsets") == [(4,)]
+
+
+def test_the_cutover_never_moves_a_target_sequence_backwards(pair):
+    """Issue 25, the same class as the views' harms: the cutover sets the target's sequences
+    from the source's, but one the target already used past them keeps its value (setting it
+    back would hand out its ids again)."""
+    import psycopg
+
+    from bottler.migrate.definitions import carry
+
+    source, target = pair
+    execute(source, "create sequence orders_id", "select setval('orders_id', 50)",
+            "select setval('tickets', 70)")
+    execute(target, "create sequence orders_id", "select setval('orders_id', 900)")
+    with psycopg.connect(source, autocommit=True) as src, \
+            psycopg.connect(target, autocommit=True) as dst:
+        done = carry(src, dst, margin=10, progress=lambda line: None)
+    assert rows(target, "select last_value from orders_id") == [(900,)]
+    assert rows(target, "select last_value from tickets") == [(80,)]  # behind: moved forward
+    assert any("orders_id kept at 900" in note for note in done.notes)

@@ -6,8 +6,11 @@ user's columns and rows kept, or refused with one clear line and the target unto
 
 from __future__ import annotations
 
+import uuid
+
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tests.support import execute, fresh_database, rows, wait_for, wait_streaming
 from tests.test_capture_errors import assert_clear_error, bottler
@@ -126,3 +129,88 @@ def test_an_empty_table_of_compatible_types_is_adopted_and_a_missing_key_refused
     assert rows(target, T1) == [(1, "one", 10, None), (2, "two", 20, None)]
     assert columns(target, "t1")[:2] == [("id", "bigint"), ("name", "character varying(40)")]
     assert rows(target, "select * from t2") == [(1, 5)]
+
+
+def test_an_adopted_table_keeps_its_rows_through_events_from_before_its_adoption(
+        stack, source, prefix, start, target):
+    """Issue 25, harm 2: a TRUNCATE … CASCADE and a delete in the topics from before the
+    adoption remove only rows the replica wrote; the user's rows stay. Events after it apply."""
+    execute(source, "create table ch (id int primary key, v text)",
+            "create table kid (id int primary key, ch int references ch (id))",
+            "create table dl (id int primary key, v text)",
+            "insert into ch select g, 'old' from generate_series(1, 5) g",
+            "insert into kid values (1, 1)",
+            "insert into dl values (7, 'seven'), (8, 'eight')")
+    start()
+    wait_streaming(source, prefix)
+    execute(source, "truncate ch cascade", "insert into ch values (1, 'new'), (2, 'new')",
+            "delete from dl where id = 7")
+    wait_published(source, prefix)
+    # the user's own tables: ch with a row the source never had (999) and one the source has
+    # (1, overwritten); dl with a row of the key the source deleted before the adoption
+    execute(target, "create table ch (id int primary key, v text, mine text)",
+            "insert into ch values (999, 'user', 'keep me'), (1, 'user', 'mine')",
+            "create table dl (id int primary key, v text)",
+            "insert into dl values (7, 'seven'), (70, 'user')")
+
+    adopted = replicate(stack, target, prefix, "--adopt-existing")
+    assert adopted.returncode == 0, adopted.stderr
+    assert rows(target, "select * from ch order by id") == [
+        (1, "new", "mine"), (2, "new", None), (999, "user", "keep me")]
+    assert rows(target, "select * from dl order by id") == [
+        (7, "seven"), (8, "eight"), (70, "user")]
+
+    # another group reads the same history again: still nothing of the user's goes
+    again = bottler("materialize", "postgres", "--target", target, "--broker", stack.kafka,
+                    "--schema-registry", stack.registry_url, "--topic-prefix", prefix,
+                    "--group-id", "replica2", "--once", "--adopt-existing", timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert rows(target, "select id from ch order by id") == [(1,), (2,), (999,)]
+    assert rows(target, "select id from dl order by id") == [(7,), (8,), (70,)]
+
+    # after the adoption the table follows the source: a delete and an insert apply
+    execute(source, "delete from ch where id = 1", "insert into ch values (3, 'later')",
+            "delete from dl where id = 8")
+    wait_published(source, prefix)
+    following = replicate(stack, target, prefix)
+    assert following.returncode == 0, following.stderr
+    assert rows(target, "select id, v from ch order by id") == [
+        (2, "new"), (3, "later"), (999, "user")]
+    assert rows(target, "select id from dl order by id") == [(7,), (70,)]
+
+
+@pytest.fixture
+def role(stack, target):
+    """A login role with a password and no privilege in the target; dropped at the end."""
+    name = f"rep_{uuid.uuid4().hex[:8]}"
+    execute(stack.pg_dsn, f"create role {name} login password 'Pw{name}'")
+    yield name
+    execute(target, f"drop owned by {name}")
+    execute(stack.pg_dsn, f"drop role {name}")
+
+
+def test_a_replica_role_without_privileges_gets_one_line_and_leaves_nothing(
+        stack, captured, target, prefix, role):
+    """Issue 25: a role without CREATE on the target database, then without CREATE on schema
+    public: one line naming the privilege and the GRANT; no schema bottler left behind."""
+    dsn = make_conninfo(target, user=role, password=f"Pw{role}")
+    dbname = conninfo_to_dict(target)["dbname"]
+    no_bottler = "select count(*) from pg_namespace where nspname = 'bottler'"
+
+    refused = replicate(stack, dsn, prefix)
+    assert_clear_error(refused, role, f"database {dbname}",
+                       f"grant create on database {dbname} to {role}", secrets=(f"Pw{role}",))
+    assert rows(target, no_bottler) == [(0,)]
+
+    execute(target, f"grant create on database {dbname} to {role}")
+    refused = replicate(stack, dsn, prefix)
+    assert_clear_error(refused, role, "schema public",
+                       f"grant usage, create on schema public to {role}",
+                       secrets=(f"Pw{role}",))
+    assert rows(target, no_bottler) == [(0,)]
+    assert rows(target, "select count(*) from pg_tables where schemaname = 'public'") == [(0,)]
+
+    execute(target, f"grant usage, create on schema public to {role}")
+    granted = replicate(stack, dsn, prefix)
+    assert granted.returncode == 0, granted.stderr
+    assert rows(target, T1) == rows(captured, T1)

@@ -139,3 +139,32 @@ def test_optimize_and_vacuum_keep_rows_and_offsets(tmp_path):
     assert DeltaSink(tmp_path).stored_offsets([(TOPIC, 0)]) == {(TOPIC, 0): 6}
     result = runner.invoke(app, ["warehouse", "optimize", "--path", str(tmp_path / "none")])
     assert result.exit_code != 0
+
+
+def test_a_delta_table_bottler_did_not_write_is_never_written_into(tmp_path):
+    """Issue 25, the same class as the views' harms: a Delta table of the user's at a table's
+    path is refused, by a truncate as by an upsert, and keeps its rows; bottler's own table is
+    written into by a later sink."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from common.errors import BottlerError
+
+    path = table_path(tmp_path, T)
+    write_deltalake(str(path), pa.table({"id": pa.array([999], pa.int32()), "v": ["user"]}))
+    sink = DeltaSink(tmp_path)
+    assert sink.stored_offsets([(TOPIC, 0)]) == {}
+    truncate = Change(TOPIC, T, "truncate", None, None, 0, 0, barrier={0: 0})
+    for changes in ([truncate], [upsert(0, {"id": 1})]):
+        with pytest.raises(BottlerError, match="did not write"):
+            sink.write(changes, {(TOPIC, 0): 1})
+    assert open_table(path).to_pyarrow_table().to_pylist() == [{"id": 999, "v": "user"}]
+
+    other = TableId("public", "mine")
+    theirs = Change(TOPIC, other, "upsert", {"id": 1}, {"id": 1}, 0, 0, 9, 1, KEY,
+                    {**RICH, "name": "mine", "pg.table": "mine", "fields": RICH["fields"][:1]})
+    feed(DeltaSink(tmp_path), [theirs])
+    later = DeltaSink(tmp_path)
+    assert later.stored_offsets([(TOPIC, 0)]) == {(TOPIC, 0): 1}
+    feed(later, [Change(TOPIC, other, "truncate", None, None, 0, 1, barrier={0: 1})])
+    assert open_table(table_path(tmp_path, other)).to_pyarrow_table().num_rows == 0

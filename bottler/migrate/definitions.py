@@ -4,7 +4,8 @@ columns, column defaults and CHECK constraints.
 
 ``pg_dump --section=post-data`` does not have these: ``pg_dump`` writes them inside or beside the
 ``CREATE TABLE`` of its pre-data section, which cannot run against tables that exist. Each object
-already in the target is left as it is; the sequences' values are always set.
+already in the target is left as it is; the sequences' values are set, never backwards (a target
+sequence past the source's keeps its value: the values it gave out must not come again).
 """
 
 from __future__ import annotations
@@ -101,6 +102,17 @@ def _sequence_exists(dst: psycopg.Connection, schema: str, name: str) -> bool:
         (schema, name)).fetchone() is not None
 
 
+def _ahead(dst: psycopg.Connection, regclass: str, value: int, increment: int) -> int | None:
+    """The target sequence's last value if it gave out values at or past ``value`` (in its
+    direction), else None."""
+    row = dst.execute(sql.SQL("select last_value, is_called from {}").format(
+        sql.SQL(regclass)), ()).fetchone()
+    if row is None or not row[1]:
+        return None
+    last, _ = row
+    return last if (last >= value if increment > 0 else last <= value) else None
+
+
 def _options(start, increment, minimum, maximum, cache, cycle) -> sql.Composable:
     return sql.SQL("start with {} increment by {} minvalue {} maxvalue {} cache {} {}").format(
         sql.Literal(start), sql.Literal(increment), sql.Literal(minimum), sql.Literal(maximum),
@@ -162,9 +174,15 @@ def carry(src: psycopg.Connection, dst: psycopg.Connection, margin: int = 0,
         else:
             value, is_called = last + margin * (1 if increment > 0 else -1), True
             value = max(minimum, min(maximum, value))
-        dst.execute("select setval(%s::regclass, %s, %s)", (
-            target_name if deptype == "i" else
-            sql.Identifier(schema, name).as_string(dst), value, is_called))
+        regclass = (target_name if deptype == "i" else
+                    sql.Identifier(schema, name).as_string(dst))
+        ahead = _ahead(dst, regclass, value, increment) if not created else None
+        if ahead is not None:  # never backwards: the values it gave out would come again
+            done.notes.append(f"sequence {target_name} kept at {ahead}: the target's is past the"
+                              f" source's ({value})")
+            value, is_called = ahead, True
+        else:
+            dst.execute("select setval(%s::regclass, %s, %s)", (regclass, value, is_called))
         done.sequences.append(SequenceSet(target_name, value, is_called, last, created))
     for schema, table, column, expression in defaults:
         has = _target_column(dst, schema, table, column)

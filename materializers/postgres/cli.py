@@ -69,6 +69,7 @@ def materialize_postgres(
     # does not start its snapshot workers meanwhile (common.seedlock)
     marker = seedlock.marker(s.seed_from, REPLICA_APPLICATION_NAME) if s.seed_from else None
     from materializers.core import Materializer
+    from materializers.postgres.adoption import topic_ends
     from materializers.postgres.seed import Seeder, Stopped
     from materializers.postgres.seeds import SeedFilter
     from materializers.postgres.sink import PostgresSink
@@ -83,6 +84,9 @@ def materialize_postgres(
             topics=s.topics or None, prefix=s.topic_prefix, on_poison=s.on_poison,
             batch_size=s.batch_size, join_group=s.join_group, instance_id=s.instance_id,
         )
+        if s.adopt_existing and not sink.adoption_started:  # the point, before any read
+            sink.begin_adoption(topic_ends(s.kafka, s.group_id, materializer.is_table_topic,
+                                           materializer.truncate_topic))
         # one stop event from here on: a signal between the seed's end and the loop's start
         # stops the loop (a stopped seed is copied again by the next start)
         stop = stop_on_signals() if s.seed_from or not s.once else None
@@ -107,5 +111,8 @@ def materialize_postgres(
             materializer.run_until_caught_up()
             return
         materializer.run(stop)
+    except Exception:
+        sink.abandon()  # a failed start leaves no bookkeeping schema behind
+        raise
     finally:
         sink.close()

@@ -23,6 +23,7 @@ import psycopg
 
 from common.errors import BottlerError
 from materializers.core.changes import TableId
+from materializers.postgres import adoption
 from materializers.postgres.ddl import TableShape, qualified, quote
 
 OWNERSHIP_DDL = [
@@ -89,20 +90,25 @@ def check_feed(conn: psycopg.Connection, table: TableId, topic: str,
                      (topic, table.schema, table.table))
 
 
-def claim(conn: psycopg.Connection, table: TableId, adopt_existing: bool) -> Ownership:
+def claim(conn: psycopg.Connection, table: TableId, adopt_existing: bool,
+          keep_rows: bool = True) -> Ownership:
     """The ownership of an existing table: as recorded, else adopted if it is empty or
-    ``adopt_existing``, else a :class:`TargetConflict`."""
+    ``adopt_existing``, else a :class:`TargetConflict`. Adopted with rows and ``keep_rows``
+    (its topic has events from before the adoption point), the rows are recorded as the
+    user's (:func:`adoption.keep_rows`)."""
     owned = load(conn, table)
     if owned is not None:
         return owned
-    if not adopt_existing and conn.execute(
-            f"select exists (select from {qualified(table)})").fetchone()[0]:
+    has_rows = conn.execute(f"select exists (select from {qualified(table)})").fetchone()[0]
+    if has_rows and not adopt_existing:
         raise TargetConflict(
             f"target table {table} already holds rows and was not created by the replica:"
             " writing into it would overwrite the rows whose keys the source also has",
             f"pass {ADOPT_FLAG} to write into it anyway (its other rows and columns are kept),"
             " or drop or rename the table so that the replica creates its own",
         )
+    if has_rows and keep_rows:
+        adoption.keep_rows(conn, table)
     owned = Ownership(adopted=True, columns=frozenset())
     record(conn, table, owned)
     return owned

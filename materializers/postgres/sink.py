@@ -26,7 +26,7 @@ import psycopg
 from common.pg import connect
 from materializers.core.changes import Change, TableId, TopicPartition
 from materializers.core.sink import Offsets, OffsetsMoved, RejectedChange
-from materializers.postgres import APPLICATION_NAME, ownership, seeds
+from materializers.postgres import APPLICATION_NAME, adoption, ownership, privileges, seeds
 from materializers.postgres.ddl import (
     ColumnShape,
     TableShape,
@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 _DIGITS_ONLY = {str}  # converters whose text never needs COPY escapes (ints: digits, '-')
 
 OFFSETS_DDL = [
-    "create schema if not exists bottler",
     "create table if not exists bottler.offsets (group_id text not null, topic text not null,"
     " partition int not null, next_offset bigint not null,"
     " primary key (group_id, topic, partition))",
@@ -126,6 +125,8 @@ class PostgresSink:
     It never destroys what it did not create (see :mod:`~materializers.postgres.ownership`): a
     non-empty table that exists before the replica meets it is written into only with
     ``adopt_existing``, and columns the replica did not create are never dropped or retyped.
+    Events from before the adoption point (:meth:`begin_adoption`) never remove the user's rows
+    of an adopted table (:mod:`~materializers.postgres.adoption`).
 
     Counters: ``rows_written`` (rows COPYed), ``rows_staged`` (of them, through a staging
     table), ``flushes``.
@@ -135,6 +136,8 @@ class PostgresSink:
         self.target_dsn = target_dsn
         self.group_id = group_id
         self.adopt_existing = adopt_existing
+        self._kept: dict[TableId, list[str] | None] = {}  # adopted rows' columns (adoption.py)
+        self._created_schema = False  # by this sink: a failed start drops it (abandon)
         self.rows_written = 0
         self.rows_staged = 0
         self.flushes = 0
@@ -150,17 +153,42 @@ class PostgresSink:
         self._known: dict[TopicPartition, int | None] = {}
         self._writing: dict[TopicPartition, int] = {}
         self._setup()
+        with privileges.explained(self._conn):
+            self._point = adoption.Point(self._conn, group_id)
+        self._conn.rollback()
 
     # -- the Sink protocol ---------------------------------------------------------------
 
     def stored_offsets(self, partitions: Sequence[TopicPartition]) -> Offsets | None:
         self._reset()
-        stored = _stored(self._conn, self.group_id, partitions)
-        found = _with_seed_starts(self._conn, self.group_id, partitions, stored)
+        with privileges.explained(self._conn):
+            self._point = adoption.Point(self._conn, self.group_id)
+            stored = _stored(self._conn, self.group_id, partitions)
+            found = _with_seed_starts(self._conn, self.group_id, partitions, stored)
         self._conn.rollback()
         # what bottler.offsets holds (a seed's start is not there yet: the first write inserts)
         self._known = {tp: stored.get(tp) for tp in partitions}
         return found
+
+    @property
+    def adoption_started(self) -> bool:
+        """Whether the adoption point of the sink's group is recorded."""
+        return self._point.started
+
+    def begin_adoption(self, ends: Offsets) -> None:
+        """Record ``ends`` (every partition of the table topics and the truncate topic: their
+        end offsets now) as the adoption point, unless one is recorded: ``--adopt-existing``
+        calls this before reading. Events before it never remove the user's rows."""
+        self._reset()
+        with privileges.explained(self._conn):
+            recorded = adoption.Point.record(self._conn, self.group_id, ends)
+        if recorded:
+            log.info("adopting tables from here: events before %s never remove the rows of the"
+                     " tables adopted with rows", ", ".join(
+                         f"{t}[{p}]@{o}" for (t, p), o in sorted(ends.items())) or "now")
+        self._conn.commit()
+        self._point = adoption.Point(self._conn, self.group_id)
+        self._conn.rollback()
 
     def peek_offsets(self, partitions: Sequence[TopicPartition]) -> Offsets:
         """The stored offsets now, between batches (nothing unflushed), keeping what is known
@@ -184,9 +212,10 @@ class PostgresSink:
 
     def write(self, changes: Sequence[Change], offsets: Offsets) -> None:
         try:
-            self._write(changes)
-            if offsets:
-                self._store_offsets(offsets)
+            with privileges.explained(self._conn):
+                self._write(changes)
+                if offsets:
+                    self._store_offsets(offsets)
         except BaseException:
             self._reset()
             raise
@@ -264,7 +293,7 @@ class PostgresSink:
         for change in changes:
             if change.op == "truncate":
                 self._apply_all(segments)
-                self._truncate(change.table)
+                self._truncate(change)
                 continue
             if self._feeds.get(change.table) != change.topic:
                 ownership.check_feed(self._conn, change.table, change.topic,
@@ -321,6 +350,16 @@ class PostgresSink:
             raise RuntimeError(f"{table.id}: keyed changes for a table without a primary key")
         self._segments += 1
         changes = list(segment.rows.values())
+        kept = self._kept_columns(table.id)
+        if kept is not None:  # deletes from before its adoption: only of the replica's rows
+            early = [c for c in changes if c.op == "delete"
+                     and self._point.before(c)]
+            if early:
+                self._stage_and_merge(table, early, keep=kept)
+                early_ids = {id(c) for c in early}
+                changes = [c for c in changes if id(c) not in early_ids]
+                if not changes:
+                    return
         if self._segments >= table.direct_from:
             upserts = [c for c in changes if c.op == "upsert"]
             if upserts and self._copy_new_rows(table, upserts):
@@ -348,9 +387,11 @@ class PostgresSink:
         table.direct_wait = 1
         return True
 
-    def _stage_and_merge(self, table: _Table, changes: list[Change]) -> None:
+    def _stage_and_merge(self, table: _Table, changes: list[Change],
+                         keep: Sequence[str] | None = None) -> None:
         """COPY the segment's last change per key into a staging table, then delete and
-        upsert from it in one statement each."""
+        upsert from it in one statement each. ``keep``: the deletes spare the user's rows as
+        adopted (recorded by these columns)."""
         has_upserts = any(c.op == "upsert" for c in changes)
         columns = [col for _, col, _ in table.fields] if has_upserts else list(table.shape.key)
         self._stage += 1
@@ -367,7 +408,9 @@ class PostgresSink:
         key = table.shape.key
         match = " and ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
         if any(c.op == "delete" for c in changes):
-            conn.execute(f"delete from {target} t using {stage} s where s.{_OP} and {match}")
+            spare = f" and {adoption.not_kept(table.id, keep)}" if keep is not None else ""
+            conn.execute(f"delete from {target} t using {stage} s where s.{_OP} and {match}"
+                         + spare)
         if has_upserts:
             rest = [c for c in columns if c not in key]
             conflict = ", ".join(quote(k) for k in key)
@@ -413,13 +456,44 @@ class PostgresSink:
             copy.write(data)
         self.rows_written += len(changes)
 
-    def _truncate(self, table_id: TableId) -> None:
+    def _truncate(self, change: Change) -> None:
+        """Empty the table; one adopted with the user's rows, by a truncate from before its
+        adoption: only of the rows the replica wrote. Never CASCADE: a table of the user's
+        that refers to it stops the replica."""
+        table_id = change.table
         known = self._tables.get(table_id)
         if known is None:
             if existing_shape(self._conn, table_id) is None:
                 return
-            ownership.claim(self._conn, table_id, self.adopt_existing)
-        self._conn.execute(f"truncate {qualified(table_id)}")
+            self._claim(table_id, change.topic)
+        kept = self._kept_columns(table_id)
+        conn = self._conn
+        try:
+            if kept is not None and self._point.before(change):
+                conn.execute(f"delete from {qualified(table_id)} t"
+                             f" where {adoption.not_kept(table_id, kept)}")
+            else:
+                conn.execute(f"truncate {qualified(table_id)}")
+        except (psycopg.errors.FeatureNotSupported, psycopg.errors.IntegrityError) as exc:
+            raise ownership.TargetConflict(
+                f"cannot empty target table {table_id} as the source's TRUNCATE did:"
+                f" {exc.diag.message_primary or exc}",
+                "drop the foreign keys of your tables that refer to it (the replica never"
+                " cascades into tables it does not own), then start the replica again",
+            ) from None
+
+    def _claim(self, table_id: TableId, topic: str | None) -> ownership.Ownership:
+        """:func:`ownership.claim`, recording the user's rows of a table adopted with them
+        when its topic has events from before the adoption point."""
+        history = topic is None or self._point.has_history(topic)
+        owned = ownership.claim(self._conn, table_id, self.adopt_existing, keep_rows=history)
+        self._kept.pop(table_id, None)
+        return owned
+
+    def _kept_columns(self, table_id: TableId) -> list[str] | None:
+        if table_id not in self._kept:
+            self._kept[table_id] = adoption.kept_columns(self._conn, table_id)
+        return self._kept[table_id]
 
     # -- tables --------------------------------------------------------------------------
 
@@ -438,7 +512,7 @@ class PostgresSink:
                 return None
             if segment.key_schema is None:
                 return None
-            ownership.claim(self._conn, segment.table, self.adopt_existing)
+            self._claim(segment.table, segment.topic)
             known = self._describe(segment.table, existing, segment.key_schema, None)
             self._tables[segment.table] = known
             return known
@@ -450,7 +524,7 @@ class PostgresSink:
             owned = ownership.Ownership(adopted=False, columns=frozenset())
             log.info("creating %s", segment.table)
         else:
-            owned = ownership.claim(self._conn, segment.table, self.adopt_existing)
+            owned = self._claim(segment.table, segment.topic)
             ownership.conflicts(self._conn, segment.table, existing, desired, owned)
             statements = evolve_statements(segment.table, existing, desired, owned.columns)
             if statements:
@@ -519,17 +593,45 @@ class PostgresSink:
         for statement in session_statements():
             self._conn.execute(statement)
         self._conn.commit()
-        with self._conn.transaction():
+        with privileges.explained(self._conn), self._conn.transaction():
             # instances starting at once: `if not exists` is no guard against a concurrent
             # create (a duplicate key in the catalog), so one creates, the others wait and see it
             self._conn.execute("select pg_advisory_xact_lock(%s)", (DDL_LOCK,))
-            for statement in OFFSETS_DDL + ownership.OWNERSHIP_DDL + seeds.SEEDS_DDL:
+            if self._conn.execute("select to_regnamespace('bottler')").fetchone()[0] is None:
+                # (CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when it exists)
+                self._conn.execute("create schema bottler")
+                self._created_schema = True
+            for statement in (OFFSETS_DDL + ownership.OWNERSHIP_DDL + adoption.ADOPTION_DDL
+                              + seeds.SEEDS_DDL):
                 self._conn.execute(statement)
+
+    def abandon(self) -> None:
+        """A failed start: the schema ``bottler`` goes if this sink created it and nothing was
+        stored in it since (no flush of its own nor of another instance)."""
+        if not self._created_schema or self.flushes:
+            return
+        try:
+            self._reset()
+            conn = self._conn
+            with conn.transaction():
+                conn.execute("select pg_advisory_xact_lock(%s)", (DDL_LOCK,))
+                used = conn.execute(
+                    "select exists (select from bottler.offsets) or exists (select from"
+                    " bottler.replica_tables) or exists (select from bottler.seeds)"
+                ).fetchone()[0]
+                if not used:
+                    conn.execute("drop schema bottler cascade")
+                    log.info("removed the schema bottler this failed start created")
+        except psycopg.Error as exc:  # the failure that brought us here matters more
+            log.warning("could not remove the schema bottler this failed start created: %s",
+                        exc)
+        self._created_schema = False
 
     def _reset(self) -> None:
         """Discard the open transaction and everything known of the tables in it."""
         self._writing = {}
         self._tables.clear()
+        self._kept.clear()
         self._feeds.clear()
         self._builtin.clear()
         if self._conn.closed:

@@ -6,6 +6,12 @@ The alias ``NAME`` is what searches use; it points to one physical index ``NAME-
 (so a deleted and re-created index of the same name starts from offset 0), the next offset per
 topic-partition as of the last successful flush, and whether its reader released it (handed
 over to a newer index).
+
+**Only its own indices.** bottler writes into, points its alias at, and deletes only the physical
+indices it created and can prove it did: its mark in the index's mapping (``_meta.bottler``, set
+when it creates one), or, for indices of versions before the mark, an offsets document of the
+index's uuid. Any other index (a user's index an alias points to, or one named ``NAME-<n>``) is
+refused with one line (:func:`require_own`).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from materializers.search.client import SearchClient, SearchError
 from materializers.search.documents import TABLE_FIELD
 
 OFFSETS_INDEX = "bottler-offsets"
+MARK = "bottler"  # the key of bottler's mark in a physical index's mapping ``_meta``
 OFFSETS_MAPPING = {
     "dynamic": False,
     "properties": {
@@ -64,10 +71,38 @@ def create_index(client: SearchClient, name: str, definition: dict[str, Any]) ->
     table field. The columns' fields are added as their tables appear (SearchSink)."""
     mappings = dict(definition.get("mappings", {}))
     mappings["properties"] = {TABLE_FIELD: {"type": "keyword"}, **mappings.get("properties", {})}
+    mappings["_meta"] = {**mappings.get("_meta", {}), MARK: {"created_by": "bottler"}}
     body = {"mappings": mappings}
     if definition.get("settings"):
         body["settings"] = definition["settings"]
     client.request("PUT", f"/{quote(name)}", body)
+
+
+def created_by_bottler(client: SearchClient, name: str) -> bool:
+    """Whether bottler created the physical index ``name``: its mark in the mapping's
+    ``_meta``, or (an index of a version before the mark) an offsets document of its uuid."""
+    answer = client.request("GET", f"/{quote(name)}/_mapping", ok=(404,))
+    for index in answer.values():
+        meta = index.get("mappings", {}).get("_meta") if isinstance(index, dict) else None
+        if isinstance(meta, dict) and MARK in meta:
+            return True
+    uuid = client.index_uuid(name)
+    doc = OffsetStore(client).get(name) if uuid else None
+    return doc is not None and doc.get("index_uuid") == uuid
+
+
+def require_own(client: SearchClient, name: str, alias: str | None = None) -> None:
+    """Refuse, with one line, the physical index ``name`` if bottler did not create it."""
+    if created_by_bottler(client, name):
+        return
+    reached = f"the alias {alias} points to search index {name}, which" if alias and alias != name \
+        else f"search index {name}"
+    fix = (f"point the alias elsewhere or remove it (POST /_aliases with a remove action for "
+           f"{name}), or give --index another name" if alias and alias != name
+           else f"rename or delete {name} yourself, or give --index another name")
+    raise BottlerError(f"{reached} was not created by bottler (no bottler mark in its mapping, "
+                       "no offsets document of it): bottler neither writes into nor deletes it",
+                       fix)
 
 
 # -- aliases and versions -----------------------------------------------------------------
@@ -113,9 +148,11 @@ def next_version(client: SearchClient, alias: str) -> int:
 
 def ensure_alias(client: SearchClient, alias: str, definition: dict[str, Any]) -> str:
     """The physical index behind ``alias``; without one, ``alias-1`` is created (or an existing
-    newest version taken) and the alias pointed at it."""
+    newest version taken) and the alias pointed at it. Only an index bottler created
+    (:func:`require_own`)."""
     target = alias_target(client, alias)
     if target is not None:
+        require_own(client, target, alias)
         return target
     existing = versions(client, alias)
     if existing:
@@ -127,6 +164,7 @@ def ensure_alias(client: SearchClient, alias: str, definition: dict[str, Any]) -
         except SearchError as exc:
             if exc.error_type != "resource_already_exists_exception":
                 raise
+    require_own(client, target)  # another reader's, created at once: ours; a user's: refused
     client.request("POST", "/_aliases", {"actions": [{"add": {"index": target, "alias": alias}}]})
     return target
 
@@ -142,6 +180,9 @@ def swap(client: SearchClient, alias: str, old: str | None, new: str) -> None:
 
 
 def delete_index(client: SearchClient, name: str) -> None:
+    """Delete the physical index ``name`` and its offsets: only one bottler created."""
+    if client.index_uuid(name) is not None:
+        require_own(client, name)
     client.request("DELETE", f"/{quote(name)}", ok=(404,))
     OffsetStore(client).delete(name)
 

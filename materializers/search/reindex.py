@@ -56,6 +56,8 @@ def reindex(client: SearchClient, alias: str, options: ReaderOptions, *, max_lag
     or be abandoned (``abandon`` set, as SIGTERM does) before the swap, the new index, which
     nothing has served, is deleted: the alias keeps serving the old one."""
     old = indices.alias_target(client, alias)
+    if old is not None:  # the alias at a user's index: neither its reader nor ours may delete it
+        indices.require_own(client, old, alias)
     new = indices.physical_name(alias, indices.next_version(client, alias))
     say(f"{alias}: rebuilding into {new} from offset 0"
         + (f" while {old} serves the alias" if old else ""))

@@ -99,6 +99,8 @@ class SearchSink:
         if self.uuid is None:
             indices.create_index(self.client, index, self.definition)
             self.uuid = self.client.index_uuid(index)
+        else:
+            indices.require_own(self.client, index, alias)
         self.store = indices.OffsetStore(self.client)
         self.bulk = BulkWriter(self.client, index, max_actions=max_actions,
                                concurrency=concurrency)

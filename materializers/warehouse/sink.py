@@ -14,6 +14,10 @@ identifiers: the truncate control topic's, and a table topic's while its table d
 ``stored_offsets`` takes a topic-partition's offset from its table when the table has one, else
 from ``_bottler_offsets`` (once a table exists, its commits carry its topic's offsets).
 
+**Only its own tables.** A Delta table already at a table's path is written into only when it
+holds a transaction identifier of the table's topic (bottler wrote it): a Delta table of the
+user's there is refused with one line, never merged into nor overwritten by a truncate.
+
 A crash between the commits of one flush leaves every table consistent with the offsets its
 last commit recorded, so each resumes exactly where it stopped. Only the truncate topic can lag:
 its events are then read again, and a truncate applied twice is harmless — the consumer loop
@@ -28,6 +32,7 @@ from pathlib import Path
 
 from deltalake import write_deltalake
 
+from common.errors import BottlerError
 from materializers.core.changes import Change, TableId, TopicPartition
 from materializers.core.sink import Offsets
 from materializers.warehouse.batch import Staged, table_batches
@@ -75,6 +80,7 @@ class DeltaSink:
         self.flushes = 0
         self._pending: list[tuple[list[Commit], dict[TopicPartition, int]]] = []
         self._topic_paths: dict[str, Path] = {}  # table topic -> its table, once known
+        self._own: set[Path] = set()  # table paths bottler wrote (or that were free)
 
     # -- the Sink protocol ---------------------------------------------------------------
 
@@ -88,6 +94,7 @@ class DeltaSink:
             for tp, offset in stored_offsets(table, partitions).items():
                 found[tp] = offset
                 self._topic_paths[tp[0]] = path
+                self._own.add(path)
         rest = [tp for tp in partitions if tp not in found]
         offsets_table = open_table(self.root / OFFSETS_TABLE)
         if rest and offsets_table is not None:
@@ -109,6 +116,7 @@ class DeltaSink:
             for topic in topics:
                 self._topic_paths[topic] = path
             mine = {tp: o for tp, o in offsets.items() if tp[0] in topics}
+            self._check_own(path, table, mine)
             routed |= mine.keys()
             truncated = batch is not None and batch.truncated
             if rows is not None:
@@ -129,6 +137,19 @@ class DeltaSink:
                 rest[tp] = offset
         commits += [Commit(path, None, False, None, tps) for path, tps in by_path.items()]
         self._pending.append((commits, rest))
+
+    def _check_own(self, path: Path, table: TableId, partitions: Offsets) -> None:
+        """Refuse a Delta table at ``path`` that bottler did not write (see the module doc)."""
+        if path in self._own:
+            return
+        existing = open_table(path)
+        if existing is not None and not stored_offsets(existing, partitions):
+            raise BottlerError(
+                f"{path} holds a Delta table bottler did not write (no transaction identifier"
+                f" of topic {', '.join(sorted({t for t, _ in partitions}))}): the warehouse"
+                f" never writes into it (table {table})",
+                "move it away, or give --path another directory")
+        self._own.add(path)
 
     def flush(self) -> None:
         pending, self._pending = self._pending, []
