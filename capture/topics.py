@@ -37,6 +37,7 @@ from confluent_kafka.admin import (
 )
 
 from common.errors import BottlerError
+from common.kafka import await_topics
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,7 @@ def ensure_topics(
                 )
     if failure:
         raise failure
+    await_topics(admin, [t.topic for t in new])
 
 
 def _alter_configs(admin: AdminClient, names: list[str], config: dict[str, str]) -> None:

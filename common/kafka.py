@@ -73,6 +73,27 @@ def check_broker(connection: Connection, timeout: float = 10.0) -> None:
                 "check --broker (BOTTLER_KAFKA) and the Kafka client properties (-C, "
                 "BOTTLER_KAFKA_CONFIG, the `kafka:` section of the --config file)")
 
+def await_topics(admin, names, timeout: float = 30.0) -> None:
+    """Wait until the broker's metadata shows each of ``names`` with a leader for every
+    partition: Kafka answers CreateTopics once the controller has the topic, a moment before
+    the brokers serve it (a describe or a fetch then says "unknown topic"). Returns at the
+    timeout either way: what comes next fails with its own, clearer, error."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout
+    wanted = set(names)
+    while wanted and time.monotonic() < deadline:
+        try:
+            known = admin.list_topics(timeout=5).topics
+        except KafkaException:
+            known = {}
+        wanted = {t for t in wanted if t not in known or known[t].error is not None
+                  or not known[t].partitions
+                  or any(p.leader < 0 for p in known[t].partitions.values())}
+        if wanted:
+            time.sleep(0.05)
+
+
 # Kafka's topic names: ASCII letters, digits, '.', '_' and '-', at most 249 characters. A
 # prefix is checked up front: a broker that takes another character still leaves names the
 # registry's URLs cannot carry (`<topic>-value` subjects).

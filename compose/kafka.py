@@ -63,8 +63,12 @@ Configuration:
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, base64url without padding (Kafka's Uuid)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes, base64url without padding (Kafka's Uuid), not
+    starting with '-' (Kafka's tools would take it for an option; Kafka skips those too)."""
+    while (found := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+           ).startswith("-"):
+        pass
+    return found
 
 
 class KafkaNode:

@@ -116,28 +116,48 @@ def read_topic(bootstrap: str, topic: str) -> list:
 
 
 def read_committed(bootstrap: str, topic: str, isolation: str = "read_committed") -> list:
-    """Every message of ``topic`` a consumer of that isolation level sees, up to the end ([] if
-    the topic does not exist). Ends at each partition's end-of-partition event, not at its high
-    watermark: a transaction's commit marker takes an offset no message is delivered at."""
+    """Every message of ``topic`` a consumer of that isolation level sees, up to the end it sees
+    now ([] if the topic does not exist): for read_committed, the last stable offset (the first
+    offset of a transaction still open, which a busy transactional writer always has), which
+    Kafka answers a ListOffsets request of that isolation level with. A partition is read once
+    the consumer's position reached it (past transaction markers and aborted messages) or it
+    said end of partition."""
+    from confluent_kafka import IsolationLevel
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    meta = admin.list_topics(timeout=10).topics.get(topic)
+    if meta is None:
+        return []
+    level = (IsolationLevel.READ_COMMITTED if isolation == "read_committed"
+             else IsolationLevel.READ_UNCOMMITTED)
+    ends = {tp.partition: future.result().offset for tp, future in admin.list_offsets(
+        {TopicPartition(topic, p): OffsetSpec.latest() for p in meta.partitions},
+        isolation_level=level, request_timeout=10).items()}
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex}",
                          "isolation.level": isolation, "enable.auto.commit": False,
                          "enable.partition.eof": True})
     try:
-        meta = consumer.list_topics(timeout=10).topics.get(topic)
-        if meta is None:
-            return []
-        pending = set(meta.partitions)
+        pending = {p for p, end in ends.items() if end > 0}
         consumer.assign([TopicPartition(topic, p, 0) for p in pending])
         messages = []
+        last = time.monotonic()  # of the last message or end
         while pending:
-            msg = consumer.poll(30)
-            assert msg is not None, f"{topic}: no end of partition within 30s"
-            if msg.error():
+            msg = consumer.poll(1.0)
+            if msg is not None:
+                last = time.monotonic()
+            if msg is not None and msg.error():
                 assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
                 pending.discard(msg.partition())
-            else:
+            elif msg is not None:
                 messages.append(msg)
-        return messages
+                if msg.offset() + 1 >= ends[msg.partition()]:
+                    pending.discard(msg.partition())
+            else:
+                at = consumer.position([TopicPartition(topic, p) for p in pending])
+                pending -= {tp.partition for tp in at if tp.offset >= ends[tp.partition]}
+                assert time.monotonic() - last < 30, f"{topic}: stuck 30 s before {ends}"
+        return [m for m in messages if m.offset() < ends[m.partition()]]
     finally:
         consumer.close()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from common.kafka import Connection, client_config
+from common.kafka import Connection, await_topics, client_config
 
 CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1"}  # kept until someone replays it
 
@@ -36,6 +36,7 @@ def ensure_topic(bootstrap: Connection, topic: str) -> None:
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
+    await_topics(admin, [topic])
 
 
 def producer(bootstrap: Connection, topic: str) -> Producer:

@@ -44,7 +44,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from common.errors import BottlerError
-from common.kafka import Connection, client_config
+from common.kafka import Connection, await_topics, client_config
 from common.registry import Registry, registry_client
 from materializers.core import dead_letters, positions, watermarks
 from materializers.core import metrics as core_metrics
@@ -324,6 +324,7 @@ class TranslatorRunner:
                 if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise BottlerError(f"cannot create topic {topic}: {exc.args[0].str()}",
                                        "check the broker") from None
+        await_topics(admin, [t.topic for t in new])
 
     def _close(self) -> None:
         if self._producer is not None:

@@ -28,7 +28,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from common.kafka import Connection, client_config, servers
+from common.kafka import Connection, await_topics, client_config, servers
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +168,7 @@ class SchemaStore:
             admin.create_topics([spec], operation_timeout=self.timeout)[self.topic].result(
                 timeout=self.timeout
             )
+            await_topics(admin, [self.topic], self.timeout)
             log.info("created compacted topic %s", self.topic)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
