@@ -244,7 +244,7 @@ class Streamer:
 
     def _relation(self, m: pgoutput.Relation) -> None:
         try:
-            self.tables.relation(m)
+            why = self.tables.relation(m)
         except UnkeyedTable as exc:
             mode = self.publisher.policy.on_error.mode
             if mode == "exit":
@@ -253,6 +253,19 @@ class Streamer:
             self._skipped_relations[m.oid] = m
         else:
             self._skipped_relations.pop(m.oid, None)  # it has a key now
+            if why:
+                self._republish(m, why)
+
+    def _republish(self, m: pgoutput.Relation, why: str) -> None:
+        """DDL changed rows the WAL does not bring again (capture/schema_changes.py): the
+        table is published again, interleaved with the stream."""
+        codec = self.tables.by_oid(m.oid)
+        if codec.keyed:
+            self.incremental.request([m.oid], why, restart=True)
+            return
+        # An unkeyed table's topic keeps every row it is sent: a copy would double them.
+        log.warning("%s: %s; it has no key, so its rows are not published again: the rows "
+                    "already in the views keep what they held", codec.qualified, why)
 
     def _change(self, oid: int, key_values, values, op: str) -> None:
         if oid in self._skipped_relations:

@@ -12,6 +12,7 @@ from confluent_kafka.admin import AdminClient
 from capture import pgoutput, topics
 from capture.encoding import CodecSpec, TableCodec, make_spec
 from capture.registrar import Registrar
+from capture.schema_changes import Attributes, compare, shape_of
 from capture.source import SourceTable, key_columns
 from capture.state import TopicOwnership
 from capture.typecatalog import load_columns, load_type
@@ -79,21 +80,40 @@ class Tables:
             raise BottlerError(f"a change for relation {oid} arrived before its description; "
                                "this is a bug, please report it") from None
 
-    def relation(self, m: pgoutput.Relation) -> None:
-        """A table's description from the stream: build its codec if new or changed."""
+    def relation(self, m: pgoutput.Relation) -> str | None:
+        """A table's description from the stream: build its codec if new or changed. Returns
+        why the table's rows must be published again (a rename, a type change, values a table
+        rewrite gave: capture/schema_changes.py), or None."""
         columns = self._columns(m)
         current = self._codecs.get(m.oid)
         if current and _same(current.spec.columns, columns):
-            return
+            return None
         if m.replica_identity == "f":  # every column is flagged: the key is the primary key
             key = key_columns(self.catalog, m.oid, "d")
         else:
             key = [c.name for c in m.columns if c.key]
-        self._build(m.oid, m.namespace, m.name, columns, key)
+        topic = table_topic(self.prefix, m.namespace, m.name)
+        # What the views last met: this run's codec, else (a restart) the registered schema.
+        previous = current.spec.value_schema if current else self._registered(topic)
+        shape = [(c.name, c.formatted or c.type.name) for c in columns]
+        renamed: dict[str, tuple[str, str]] = {}  # new name -> (old name, old Avro field)
+        why = None
+        if previous is not None and shape_of(previous) != shape:
+            change = compare(shape_of(previous), shape, Attributes.of(self.catalog, m.oid))
+            fields = {f.get("pg.name", f["name"]): f["name"] for f in previous["fields"]}
+            renamed = {new: (old, fields[old]) for new, old in change.renamed.items()}
+            why = change.republish()
+        self._build(m.oid, m.namespace, m.name, columns, key, renamed)
         if current:
             log.info("%s.%s: schema changed, new schema version", m.namespace, m.name)
+        return why
 
-    def _build(self, oid, schema, name, columns, key) -> CodecSpec:
+    def _registered(self, topic: str) -> dict | None:
+        if self.fmt != "avro" or self.registrar is None:
+            return None
+        return self.registrar.latest(f"{topic}-value")
+
+    def _build(self, oid, schema, name, columns, key, renamed=None) -> CodecSpec:
         if not key and not self.allow_unkeyed:
             raise UnkeyedTable(
                 f"table {schema}.{name} has no primary key or replica-identity index",
@@ -110,7 +130,7 @@ class Tables:
                                      config={**self.topic_config, "retention.ms": "-1"},
                                      created=self.created_topics, partitions=partitions)
         spec = make_spec(schema, name, topic, columns, key, self.fmt, self.registrar,
-                         self.temporal_mode)
+                         self.temporal_mode, renamed)
         if self.ownership is not None:
             self.ownership.claim(schema, name, topic, key)
         self._codecs[oid] = spec.codec()
