@@ -53,6 +53,7 @@ class Tables:
         # records each table topic as the capture's own before its first row (state.py)
         self.ownership: TopicOwnership | None = None
         self._codecs: dict[int, TableCodec] = {}
+        self._met: dict[int, dict | None] = {}  # oid -> the value schema the views last met
         self._type_cache: dict = {}
 
     def spec(self, table: SourceTable) -> CodecSpec:
@@ -92,20 +93,35 @@ class Tables:
             key = key_columns(self.catalog, m.oid, "d")
         else:
             key = [c.name for c in m.columns if c.key]
-        topic = table_topic(self.prefix, m.namespace, m.name)
-        # What the views last met: this run's codec, else (a restart) the registered schema.
-        previous = current.spec.value_schema if current else self._registered(topic)
+        return self._changed(m.oid, m.namespace, m.name, columns, key)
+
+    def described(self, table: SourceTable) -> str | None:
+        """A table as the catalog describes it, once the stream has passed every change of it:
+        DDL that no row change followed, which no Relation message brings (capture/drift.py).
+        Returns what :meth:`relation` returns."""
+        return self._changed(table.oid, table.schema, table.name, table.columns, table.key)
+
+    def last_met(self, oid: int, schema: str, name: str) -> dict | None:
+        """The value schema the views last met for the table: this run's, else (a restart) the
+        latest registered one; None for a table never published."""
+        if oid not in self._met:
+            self._met[oid] = self._registered(table_topic(self.prefix, schema, name))
+        return self._met[oid]
+
+    def _changed(self, oid, schema, name, columns, key) -> str | None:
+        previous = self.last_met(oid, schema, name)
         shape = [(c.name, c.formatted or c.type.name) for c in columns]
         renamed: dict[str, tuple[str, str]] = {}  # new name -> (old name, old Avro field)
         why = None
         if previous is not None and shape_of(previous) != shape:
-            change = compare(shape_of(previous), shape, Attributes.of(self.catalog, m.oid))
+            change = compare(shape_of(previous), shape, Attributes.of(self.catalog, oid))
             fields = {f.get("pg.name", f["name"]): f["name"] for f in previous["fields"]}
             renamed = {new: (old, fields[old]) for new, old in change.renamed.items()}
             why = change.republish()
-        self._build(m.oid, m.namespace, m.name, columns, key, renamed)
-        if current:
-            log.info("%s.%s: schema changed, new schema version", m.namespace, m.name)
+        known = oid in self._codecs
+        self._build(oid, schema, name, columns, key, renamed)
+        if known:
+            log.info("%s.%s: schema changed, new schema version", schema, name)
         return why
 
     def _registered(self, topic: str) -> dict | None:
@@ -134,6 +150,7 @@ class Tables:
         if self.ownership is not None:
             self.ownership.claim(schema, name, topic, key)
         self._codecs[oid] = spec.codec()
+        self._met[oid] = spec.value_schema
         return spec
 
     def _columns(self, m: pgoutput.Relation) -> list[Column]:
