@@ -16,12 +16,15 @@ so every view, and a rebuild from offset zero, ends equal to the source. A renam
 in the new schema (the field's Avro ``aliases`` and ``pg.renamed``), so the replica renames its
 column in place instead of passing through NULLs.
 
-pgoutput's Relation message names columns without their attribute numbers, so a rename is told
-from a drop plus an add by position: live columns keep their attnum order, and an added column
-always comes last. A new name between two columns both versions have replaces the old name(s)
-there, one for one; a new name after the last such column is a rename only if the catalog shows
-no dropped column before it (a drop leaves one behind). Anything unsure counts as a drop plus an
-add: the re-publishing still ends equal to the source.
+pgoutput's Relation message names columns without their attribute numbers. A new name that the
+catalog shows at the attnum an old name had when the capture met it is that column renamed.
+Otherwise (after a restart, or when the catalog changed again since) by position: live columns
+keep their attnum order, and an added column always comes last. A new name between two columns
+both versions have replaces the old name(s) there, one for one; a new name after the last such
+column is a rename only if the catalog shows no column dropped before it since the capture met
+the old version (a drop leaves one behind). Anything unsure counts as a drop plus an add, and a
+capture far behind the catalog may take a drop plus an add for a rename: either way, the
+re-publishing ends equal to the source.
 """
 
 from __future__ import annotations
@@ -74,32 +77,39 @@ def shape_of(value_schema: dict) -> list[tuple[str, str]]:
     return [(f.get("pg.name", f["name"]), f.get("pg.type", "")) for f in value_schema["fields"]]
 
 
-def compare(old: Shape, new: Shape, catalog: Attributes) -> SchemaChange:
-    """What changed from ``old`` to ``new`` (both in attnum order)."""
+def compare(old: Shape, new: Shape, catalog: Attributes,
+            before: Attributes | None = None) -> SchemaChange:
+    """What changed from ``old`` to ``new`` (both in attnum order); ``before``: the catalog
+    when the capture met ``old``, if it did in this run."""
     old_names, new_names = [n for n, _ in old], [n for n, _ in new]
-    renamed = _renames(old_names, new_names, catalog)
+    renamed = _renames(old_names, new_names, catalog, before)
     old_types = dict(old)
     retyped = tuple(n for n, t in new if old_types.get(renamed.get(n, n), t) != t)
     added = [n for n in new_names if n not in old_types and n not in renamed]
     return SchemaChange(renamed, retyped, tuple(n for n in added if n in catalog.rewritten))
 
 
-def _renames(old: list[str], new: list[str], catalog: Attributes) -> dict[str, str]:
+def _renames(old: list[str], new: list[str], catalog: Attributes,
+             before: Attributes | None) -> dict[str, str]:
     kept = [n for n in new if n in set(old)]  # in the same order in both
     gone = [n for n in old if n not in set(new)]
     came = [n for n in new if n not in set(old)]
     if not gone or not came:
         return {}
-    out: dict[str, str] = {}
+    # A new name at the attnum an old one had is that column.
+    at = {catalog.attnums[n]: n for n in came if n in catalog.attnums}
+    out = {at[before.attnums[n]]: n for n in gone
+           if before is not None and before.attnums.get(n) in at}
     # Each run of names between two kept columns (and after the last): old ones, new ones.
-    for before, (was, now) in _segments(old, new, kept):
+    for before_name, (was, now) in _segments(old, new, kept):
+        was = [n for n in was if n not in out.values()]
+        now = [n for n in now if n not in out]
         if not was or not now:
             continue
-        if before is not _END and len(was) == len(now):
+        if before_name is not _END and len(was) == len(now):
             out.update(zip(now, was, strict=True))  # nothing is ever added in the middle
-        elif before is _END and len(was) <= len(now) and _no_drop(before_name=_last(kept),
-                                                                  upto=now[len(was) - 1],
-                                                                  catalog=catalog):
+        elif before_name is _END and len(was) <= len(now) and _no_drop(
+                _last(kept), now[len(was) - 1], catalog, before):
             out.update(zip(now, was, strict=False))
     return out
 
@@ -130,11 +140,14 @@ def _last(kept: list[str]) -> str | None:
     return kept[-1] if kept else None
 
 
-def _no_drop(before_name: str | None, upto: str, catalog: Attributes) -> bool:
-    """Whether the catalog shows no dropped column between ``before_name`` (None: the start)
-    and ``upto``: then the new names there took the old ones' places."""
+def _no_drop(before_name: str | None, upto: str, catalog: Attributes,
+             before: Attributes | None) -> bool:
+    """Whether the catalog shows no column dropped (since ``before``, if known) between
+    ``before_name`` (None: the start) and ``upto``: then the new names there took the old
+    ones' places."""
     start = 0 if before_name is None else catalog.attnums.get(before_name)
     end = catalog.attnums.get(upto)
     if start is None or end is None:  # the catalog is ahead of the stream: unsure
         return False
-    return not any(start < d < end for d in catalog.dropped)
+    earlier = set(before.dropped) if before is not None else set()
+    return not any(start < d < end for d in catalog.dropped if d not in earlier)

@@ -54,6 +54,7 @@ class Tables:
         self.ownership: TopicOwnership | None = None
         self._codecs: dict[int, TableCodec] = {}
         self._met: dict[int, dict | None] = {}  # oid -> the value schema the views last met
+        self._met_in: dict[int, Attributes] = {}  # oid -> the catalog when _met was built
         self._type_cache: dict = {}
 
     def spec(self, table: SourceTable) -> CodecSpec:
@@ -114,7 +115,8 @@ class Tables:
         renamed: dict[str, tuple[str, str]] = {}  # new name -> (old name, old Avro field)
         why = None
         if previous is not None and shape_of(previous) != shape:
-            change = compare(shape_of(previous), shape, Attributes.of(self.catalog, oid))
+            change = compare(shape_of(previous), shape, Attributes.of(self.catalog, oid),
+                             self._met_in.get(oid))
             fields = {f.get("pg.name", f["name"]): f["name"] for f in previous["fields"]}
             renamed = {new: (old, fields[old]) for new, old in change.renamed.items()}
             why = change.republish()
@@ -151,6 +153,7 @@ class Tables:
             self.ownership.claim(schema, name, topic, key)
         self._codecs[oid] = spec.codec()
         self._met[oid] = spec.value_schema
+        self._met_in[oid] = Attributes.of(self.catalog, oid)  # to know its columns again
         return spec
 
     def _columns(self, m: pgoutput.Relation) -> list[Column]:

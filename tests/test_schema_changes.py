@@ -48,6 +48,22 @@ def test_renames_are_told_from_a_drop_plus_an_add(old, new, attributes, renamed)
     assert compare(old, new, attributes).renamed == renamed
 
 
+def test_a_column_met_before_is_known_by_its_attnum():
+    old, new = [("id", INT), ("b", TEXT)], [("id", INT), ("c", TEXT)]
+    # DROP COLUMN a long ago left a dropped attnum 2 before b (3): by position, unsure
+    now = catalog(("id", 1), ("c", 3), dropped=(2,))
+    assert compare(old, new, now).renamed == {}
+    met = catalog(("id", 1), ("b", 3), dropped=(2,))
+    assert compare(old, new, now, before=met).renamed == {"c": "b"}
+    # the capture met b when the catalog was already ahead (renamed to c): no dropped column
+    # since, so c took b's place
+    ahead = catalog(("id", 1), ("c", 3), dropped=(2,))
+    assert compare(old, new, now, before=ahead).renamed == {"c": "b"}
+    # DROP COLUMN b; ADD COLUMN c: a column dropped since, before c
+    assert compare(old, new, catalog(("id", 1), ("c", 4), dropped=(2, 3)),
+                   before=met).renamed == {}
+
+
 def test_what_asks_for_the_rows_to_be_published_again():
     same = [("id", INT), ("a", TEXT)]
     assert compare(same, same, catalog()).republish() is None
