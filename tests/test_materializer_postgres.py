@@ -4,6 +4,7 @@ loop, and a PostgresSink into a fresh target database; source and target compare
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -366,5 +367,33 @@ def test_a_value_the_target_refuses_is_rejected_alone(stack, target):
         sink.flush()
         assert sink.stored_offsets([("t", 0)]) == {("t", 0): 2}
         assert fetch(target, "select * from t") == [(1, b"\x01")]
+    finally:
+        sink.close()
+
+
+def test_a_type_change_whose_values_do_not_convert_waits_for_the_republication(stack, target,
+                                                                               caplog):
+    """``ALTER COLUMN name TYPE integer USING length(name)`` at the source: the replica's own cast
+    of 'item 1' fails, so it empties the column (not the batch), and the capture's
+    re-publication of the table (capture/schema_changes.py) brings the source's values."""
+    from tests.test_conformance import ID, ITEMS, SCHEMA_IDS, V1, Stream, _field, feed, value_schema
+
+    retyped = value_schema(ITEMS, [ID, _field("name", "int", "integer")])
+    SCHEMA_IDS[id(retyped)] = 106
+    s = Stream()
+    for i in range(1, 4):
+        s.upsert(i, V1, name=f"item {i}")
+    for i in range(1, 4):
+        s.upsert(i, retyped, name=len(f"item {i}"))
+    sink = PostgresSink(target, f"g-{uuid.uuid4().hex[:8]}")
+    try:
+        with caplog.at_level(logging.WARNING, logger="materializers.postgres"):
+            feed(sink, s.changes[:4])  # the new version and its first row
+        assert "the values do not convert" in caplog.text
+        assert fetch(target, "select id, name from items order by id") == [
+            (1, 6), (2, None), (3, None)]
+        feed(sink, s.changes[4:])
+        assert fetch(target, "select id, name from items order by id") == [
+            (1, 6), (2, 6), (3, 6)]
     finally:
         sink.close()

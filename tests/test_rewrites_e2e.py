@@ -192,9 +192,12 @@ def test_ddl_that_no_row_change_follows_still_reaches_the_views(stack, source, p
         read, run = views.replica(live, group, ["id", "a", "b"])
         converge(read, rows(source, "select id, a, b from sd order by id"), run)
 
+        # a2's values do not convert to integer as text: the replica empties the column, and
+        # the table's re-publication fills it
         execute(source, "alter table sd rename column a to a2",
+                "alter table sd alter column a2 type int using length(a2)",
                 "alter table sd alter column b type text using 'b' || b")
         expected = rows(source, "select id, a2, b from sd order by id")
-        assert expected[0] == (1, "a1", "b1")
+        assert expected[0] == (1, 2, "b1")
         read, run = views.replica(live, group, ["id", "a2", "b"])
         converge(read, expected, run)

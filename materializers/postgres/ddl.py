@@ -23,6 +23,7 @@ from materializers.core.changes import TableId
 __all__ = [
     "ColumnShape",
     "PgTypeText",
+    "Statement",
     "TableShape",
     "create_statements",
     "desired_shape",
@@ -56,6 +57,18 @@ class PgTypeText(UserDefinedType):
 
     def get_col_spec(self, **kw: Any) -> str:
         return self.text
+
+
+class Statement(str):
+    """A DDL statement, with the one to run instead if the rows' values do not convert."""
+
+    fallback: str | None = None
+
+    @classmethod
+    def of(cls, text: str, fallback: str | None = None) -> Statement:
+        statement = cls(text)
+        statement.fallback = fallback
+        return statement
 
 
 @dataclass(frozen=True)
@@ -154,7 +167,7 @@ def renames(existing: TableShape, desired: TableShape, owned: Collection[str]) -
 
 
 def evolve_statements(table: TableId, existing: TableShape, desired: TableShape,
-                      owned: Collection[str]) -> list[str]:
+                      owned: Collection[str]) -> list[str]:  # some with a fallback: Statement
     """``ALTER TABLE`` statements taking ``existing`` to ``desired``, touching only the
     ``owned`` columns (those the replica created) of what is there: renamed columns renamed
     (their rows keep their values), dropped columns dropped, new ones added (nullable; the rows
@@ -190,8 +203,11 @@ def evolve_statements(table: TableId, existing: TableShape, desired: TableShape,
         if column.name not in owned:
             continue  # the user's column: ownership.conflicts checked that it takes the values
         if current.type != column.type:
-            out.append(f"alter table {name} alter column {col} type {column.type}"
-                       f" using {col}::text::{column.type}")
+            # A value that does not convert (``TYPE integer USING length(a)`` at the source)
+            # empties the column instead: the capture publishes the table again after a type
+            # change (docs/capture.md), which brings the source's values.
+            retype = f"alter table {name} alter column {col} type {column.type} using"
+            out.append(Statement.of(f"{retype} {col}::text::{column.type}", f"{retype} null"))
         if current.not_null and not column.not_null and column.name not in key:
             out.append(f"alter table {name} alter column {col} drop not null")
     return out
