@@ -216,7 +216,8 @@ class Streamer:
     # -- DDL that no row change followed ----------------------------------------------------
     def _maybe_check_drift(self, streamed: int) -> None:
         """Between transactions: a table whose catalog changed with no Relation message since
-        (capture/drift.py) is taken from the catalog, and published again if need be."""
+        (capture/drift.py) is taken from the catalog, and published again if need be; so is
+        one using an enum type whose value was renamed (no Relation message says that)."""
         now = time.monotonic()
         if self._batch is not None or now - self._drift_at < TABLE_SCAN_INTERVAL:
             return
@@ -232,6 +233,8 @@ class Streamer:
                 continue
             if why:
                 self._republish(oid, why)
+        for oid, why in self.tables.relabeled():
+            self._republish(oid, why)
 
     # -- messages --------------------------------------------------------------------------
     def handle(self, m) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 import psycopg
 from confluent_kafka.admin import AdminClient
@@ -17,7 +18,7 @@ from capture.source import SourceTable, key_columns
 from capture.state import TopicOwnership
 from capture.typecatalog import load_columns, load_type
 from common.errors import BottlerError
-from schemas.pgtypes import Column
+from schemas.pgtypes import Column, PgType
 from schemas.topics import table_topic
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,36 @@ class Tables:
             log.info("%s.%s: schema changed, new schema version", schema, name)
         return why
 
+    def relabeled(self) -> list[tuple[int, str]]:
+        """Tables using an enum type one of whose values was renamed since their codec was
+        built (``ALTER TYPE … RENAME VALUE``: every row holding it changed, and none of them
+        is in the WAL). Their codecs are rebuilt with the type's values as they are now (the
+        value schema's ``pg.enum``); returns (oid, why) for each, to publish them again."""
+        used = {oid: {t.oid: t for c in codec.spec.columns for t in _enums(c.type)}
+                for oid, codec in self._codecs.items()}
+        enums = {t.oid: t for types in used.values() for t in types.values()}
+        if not enums:
+            return []
+        now = dict(self.catalog.execute(
+            "select enumtypid, array_agg(enumlabel::text order by enumsortorder)"
+            " from pg_catalog.pg_enum where enumtypid = any(%s) group by enumtypid",
+            (list(enums),)).fetchall())
+        renamed = {oid: t for oid, t in enums.items() if not set(t.labels) <= set(now.get(oid, ()))}
+        out = []
+        for oid, types in used.items():
+            hit = [t for t in types.values() if t.oid in renamed]
+            if not hit:
+                continue
+            spec = self._codecs[oid].spec
+            fresh: dict = {}
+            columns = [replace(c, type=load_type(self.catalog, c.type.oid, fresh))
+                       for c in spec.columns]
+            self._build(oid, spec.schema, spec.table, columns, list(spec.key_columns))
+            why = "; ".join(f"a value of type {t.schema}.{t.name} renamed" for t in hit)
+            out.append((oid, why))
+        self._type_cache.clear()  # arrays and domains of the types hold them too
+        return out
+
     def _registered(self, topic: str) -> dict | None:
         if self.fmt != "avro" or self.registrar is None:
             return None
@@ -174,6 +205,17 @@ class Tables:
                 typmod=rc.typmod, formatted=formatted,
             ))
         return columns
+
+
+def _enums(t: PgType | None):
+    """The enum types a column type is made of (itself, an array's element, a domain's base)."""
+    if t is None:
+        return
+    if t.kind == "e":
+        yield t
+    yield from _enums(t.element)
+    yield from _enums(t.base)
+    yield from _enums(t.subtype)
 
 
 def _same(a: tuple[Column, ...], b: list[Column]) -> bool:

@@ -201,3 +201,24 @@ def test_ddl_that_no_row_change_follows_still_reaches_the_views(stack, source, p
         assert expected[0] == (1, 2, "b1")
         read, run = views.replica(live, group, ["id", "a2", "b"])
         converge(read, expected, run)
+
+
+def test_a_renamed_enum_value_reaches_the_views(stack, source, prefix, start):
+    """``ALTER TYPE … RENAME VALUE`` changes every row holding the value, none of them in the WAL,
+    and no Relation message says so: the capture publishes the tables using the type again."""
+    execute(source, "create type mood as enum ('sad', 'ok')",
+            "create table e (id int primary key, m mood, ms mood[])",
+            f"insert into e select g, case when g % 2 = 0 then 'sad' else 'ok' end::mood,"
+            f" array['sad', 'ok']::mood[] from generate_series(1, {ROWS}) g")
+    start()
+    wait_streaming(source, prefix)
+    query = "select id, m::text, ms::text from e order by id"
+    views = Views(stack, prefix, None, None, TableId("public", "e"))
+    with fresh_database(stack.pg_dsn) as live:
+        group = f"g-{uuid.uuid4().hex[:8]}"
+        read, run = views.replica(live, group, ["id", "m::text", "ms::text"])
+        converge(read, rows(source, query), run)
+        execute(source, "alter type mood rename value 'sad' to 'blue'")
+        expected = rows(source, query)
+        assert expected[1] == (2, "blue", "{blue,ok}")
+        converge(read, expected, run)
