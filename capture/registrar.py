@@ -60,7 +60,7 @@ class Registrar:
                 log.warning("cannot read the latest schema of %s: %s", subject,
                             exc.error_message)
             return None
-        except Exception as exc:  # noqa: BLE001 - unreachable: registering next says it clearly
+        except Exception as exc:  # noqa: BLE001 - registry down: the next register says so
             log.warning("cannot read the latest schema of %s: %s", subject, redact(str(exc)))
             return None
 

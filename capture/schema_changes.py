@@ -10,6 +10,9 @@ decoded), so their effect never reaches the topics by itself:
   serial: PostgreSQL rewrites the table with a value per row (a non-volatile default is kept as
   ``attmissingval`` instead, and travels as ``pg.missing``: schemas/evolution.py).
 
+(A renamed enum value changes rows too, and changes no table's description at all:
+Tables.relabeled finds it.)
+
 The capture answers each by re-publishing the table (an incremental snapshot, capture/
 incremental.py): every row's latest message then carries the table's present shape and values,
 so every view, and a rebuild from offset zero, ends equal to the source. A rename is also marked

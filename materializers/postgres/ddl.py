@@ -9,7 +9,7 @@ the target match. Never a foreign key.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
@@ -106,8 +106,7 @@ def desired_shape(value_schema: dict, key_schema: dict | None,
                     for f in key_schema["fields"])
         # key columns are NOT NULL whatever the value schema says
         columns = tuple(
-            ColumnShape(c.name, c.type, True, c.field, c.missing, c.renamed)
-            if c.name in key else c
+            replace(c, not_null=True) if c.name in key else c
             for c in columns
         )
     return TableShape(columns, key)
@@ -167,14 +166,15 @@ def renames(existing: TableShape, desired: TableShape, owned: Collection[str]) -
 
 
 def evolve_statements(table: TableId, existing: TableShape, desired: TableShape,
-                      owned: Collection[str]) -> list[str]:  # some with a fallback: Statement
+                      owned: Collection[str]) -> list[str]:
     """``ALTER TABLE`` statements taking ``existing`` to ``desired``, touching only the
     ``owned`` columns (those the replica created) of what is there: renamed columns renamed
     (their rows keep their values), dropped columns dropped, new ones added (nullable; the rows
     already there get the source's ``pg.missing`` value, the one its older rows read for a
     column added with a default, else NULL), type changes through ``USING col::text::newtype``,
     NOT NULL dropped where the source dropped it (set only at creation). The primary key is
-    kept (under its columns' new names), and so is every column the replica did not create."""
+    kept (under its columns' new names), and so is every column the replica did not create.
+    A type change is a :class:`Statement` with a fallback for values that do not convert."""
     name = qualified(table)
     wanted = {c.name for c in desired.columns}
     renamed = renames(existing, desired, owned)
