@@ -50,8 +50,10 @@ class CodecSpec:
 def make_spec(
     schema: str, table: str, topic: str, columns: list[Column], key_columns: list[str],
     fmt: str, registrar: Registrar | None, temporal_mode: str = "logical",
+    renamed: dict[str, tuple[str, str]] | None = None,
 ) -> CodecSpec:
-    key_schema, value_schema = record_schemas(schema, table, columns, key_columns, temporal_mode)
+    key_schema, value_schema = record_schemas(schema, table, columns, key_columns, temporal_mode,
+                                              renamed)
     key_id = value_id = None
     if fmt == "avro":
         if key_schema is not None:

@@ -62,6 +62,7 @@ class Request:
     # unkeyed: the next page; None: from the start
     rows: int = 0
     chunks: int = 0
+    again: bool = False  # started over while a chunk was out: that chunk does not advance it
     since: float = field(default_factory=time.time)  # requests run in the order they came
     until: list[str] | None = None  # keyed: the largest key when the first chunk was read;
     # rows above it were inserted later, so the stream has them (the snapshot does not chase them)
@@ -137,12 +138,23 @@ class IncrementalSnapshots:
             self.progress.forget([f"{self.slot}/copies"])
         self._watch()
 
-    def request(self, oids: list[int], why: str) -> None:
-        """Snapshot these tables (recorded before returning: a crash cannot lose a request)."""
+    def request(self, oids: list[int], why: str, restart: bool = False) -> None:
+        """Snapshot these tables (recorded before returning: a crash cannot lose a request).
+        ``restart``: one already under way starts over (the rows it published are stale)."""
         with session_connect(self.dsn) as conn:
             found = describe_oids(conn, oids)
         for table in found:
-            if any(r.oid == table.oid for r in self.queue):
+            running = next((r for r in self.queue if r.oid == table.oid), None)
+            if running is not None and restart:
+                running.position = running.until = None
+                running.rows = running.chunks = 0
+                if self.window is not None and self.window.request is running:
+                    self.window.rows.clear()  # read before the change: the new start has them
+                    running.again = True
+                self._record(running, durable=True)
+                log.info("incremental snapshot of %s starts over: %s", table.qualified, why)
+                continue
+            if running is not None:
                 log.info("%s: an incremental snapshot of it is already under way", table.qualified)
                 continue
             r = Request(table.oid, table.qualified)
@@ -244,6 +256,8 @@ class IncrementalSnapshots:
             return []
         self.window = None
         r = w.request
+        if r.again:  # its chunk was read before the table changed: start from the top
+            r.again, w.position, w.last = False, None, False
         r.position, r.rows, r.chunks = w.position, r.rows + len(w.rows), r.chunks + 1
         metrics.SNAPSHOT_ROWS.labels(r.table).inc(len(w.rows))
         if r.chunks % LOG_EVERY == 0:

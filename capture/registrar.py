@@ -50,6 +50,20 @@ class Registrar:
         self._ids[(subject, text)] = schema_id
         return schema_id
 
+    def latest(self, subject: str) -> dict | None:
+        """The subject's latest schema, or None when it has none (or the registry cannot say:
+        then the capture goes on as for a new table)."""
+        try:
+            return json.loads(self.client.get_latest_version(subject).schema.schema_str)
+        except SchemaRegistryError as exc:
+            if exc.http_status_code != 404:
+                log.warning("cannot read the latest schema of %s: %s", subject,
+                            exc.error_message)
+            return None
+        except Exception as exc:  # noqa: BLE001 - registry down: the next register says so
+            log.warning("cannot read the latest schema of %s: %s", subject, redact(str(exc)))
+            return None
+
     def _register_incompatible(self, subject: str, text: str, reason: str) -> int:
         log.warning("%s: the new schema is not compatible with the previous version (%s); "
                     "registering it as a new version with compatibility NONE", subject, reason)

@@ -15,11 +15,13 @@ from confluent_kafka.admin import AdminClient
 from capture import metrics, pgoutput, slot_health, topics
 from capture.control import ControlEvents
 from capture.dead_letters import Row
+from capture.drift import Drift
 from capture.incremental import SIGNAL_PREFIX, WATERMARK_PREFIX, IncrementalSnapshots
 from capture.pgoutput import UNCHANGED
 from capture.publication import Watcher
 from capture.publisher import DataError, Publisher
 from capture.slot import replication_connect
+from capture.source import describe_oids
 from capture.state import CaptureState
 from capture.tables import Tables, UnkeyedTable
 from common.errors import BottlerError
@@ -79,6 +81,8 @@ class Streamer:
         self.incremental = IncrementalSnapshots(dsn, slot, tables, publications, progress,
                                                 chunk_rows, publisher.data_error,
                                                 publisher.at_risk)
+        self.drift = Drift(tables.catalog, publications, tables)
+        self._drift_at = 0.0
 
     def run(self, stop: threading.Event) -> None:
         conn = replication_connect(self.dsn)
@@ -121,6 +125,7 @@ class Streamer:
                 self._feedback(cur)
                 self._maybe_heartbeat()
                 self._maybe_scan_tables()
+                self._maybe_check_drift(max(self._lsn, cur.wal_end))
                 if self._batch is None and incremental.due():
                     incremental.read_chunk()
                     continue
@@ -188,6 +193,29 @@ class Streamer:
         if joined:
             self.incremental.request([c.oid for c in joined], "it joined the capture")
 
+    # -- DDL that no row change followed ----------------------------------------------------
+    def _maybe_check_drift(self, streamed: int) -> None:
+        """Between transactions: a table whose catalog changed with no Relation message since
+        (capture/drift.py) is taken from the catalog, and published again if need be; so is
+        one using an enum type whose value was renamed (no Relation message says that)."""
+        now = time.monotonic()
+        if self._batch is not None or now - self._drift_at < TABLE_SCAN_INTERVAL:
+            return
+        self._drift_at = now
+        for oid in self.drift.check(streamed):
+            try:
+                found = describe_oids(self.tables.catalog, [oid])
+                why = self.tables.described(found[0]) if found else None
+            except UnkeyedTable:
+                continue  # its next change says so, as --on-error has it
+            except BottlerError as exc:  # no longer readable: its snapshot would say the same
+                log.warning("%s", exc.message)
+                continue
+            if why:
+                self._republish(oid, why)
+        for oid, why in self.tables.relabeled():
+            self._republish(oid, why)
+
     # -- messages --------------------------------------------------------------------------
     def handle(self, m) -> None:
         kind = type(m)
@@ -214,6 +242,7 @@ class Streamer:
             self.incremental.committed(m.end_lsn)
             self._publish_counts()
             self._maybe_scan_tables()  # a busy stream is seldom idle: between transactions
+            self._maybe_check_drift(self._lsn)
         elif kind is pgoutput.Relation:
             self._relation(m)
         elif kind is pgoutput.Truncate:
@@ -224,7 +253,7 @@ class Streamer:
 
     def _relation(self, m: pgoutput.Relation) -> None:
         try:
-            self.tables.relation(m)
+            why = self.tables.relation(m)
         except UnkeyedTable as exc:
             mode = self.publisher.policy.on_error.mode
             if mode == "exit":
@@ -233,6 +262,19 @@ class Streamer:
             self._skipped_relations[m.oid] = m
         else:
             self._skipped_relations.pop(m.oid, None)  # it has a key now
+            if why:
+                self._republish(m.oid, why)
+
+    def _republish(self, oid: int, why: str) -> None:
+        """DDL changed rows the WAL does not bring again (capture/schema_changes.py): the
+        table is published again, interleaved with the stream."""
+        codec = self.tables.by_oid(oid)
+        if codec.keyed:
+            self.incremental.request([oid], why, restart=True)
+            return
+        # An unkeyed table's topic keeps every row it is sent: a copy would double them.
+        log.warning("%s: %s; it has no key, so its rows are not published again: the rows "
+                    "already in the views keep what they held", codec.qualified, why)
 
     def _change(self, oid: int, key_values, values, op: str) -> None:
         if oid in self._skipped_relations:

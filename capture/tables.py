@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 import psycopg
 from confluent_kafka.admin import AdminClient
@@ -12,11 +13,12 @@ from confluent_kafka.admin import AdminClient
 from capture import pgoutput, topics
 from capture.encoding import CodecSpec, TableCodec, make_spec
 from capture.registrar import Registrar
+from capture.schema_changes import Attributes, compare, shape_of
 from capture.source import SourceTable, key_columns
 from capture.state import TopicOwnership
 from capture.typecatalog import load_columns, load_type
 from common.errors import BottlerError
-from schemas.pgtypes import Column
+from schemas.pgtypes import Column, PgType
 from schemas.topics import table_topic
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,8 @@ class Tables:
         # records each table topic as the capture's own before its first row (state.py)
         self.ownership: TopicOwnership | None = None
         self._codecs: dict[int, TableCodec] = {}
+        self._met: dict[int, dict | None] = {}  # oid -> the value schema the views last met
+        self._met_in: dict[int, Attributes] = {}  # oid -> the catalog when _met was built
         self._type_cache: dict = {}
 
     def spec(self, table: SourceTable) -> CodecSpec:
@@ -79,21 +83,86 @@ class Tables:
             raise BottlerError(f"a change for relation {oid} arrived before its description; "
                                "this is a bug, please report it") from None
 
-    def relation(self, m: pgoutput.Relation) -> None:
-        """A table's description from the stream: build its codec if new or changed."""
+    def relation(self, m: pgoutput.Relation) -> str | None:
+        """A table's description from the stream: build its codec if new or changed. Returns
+        why the table's rows must be published again (a rename, a type change, values a table
+        rewrite gave: capture/schema_changes.py), or None."""
         columns = self._columns(m)
         current = self._codecs.get(m.oid)
         if current and _same(current.spec.columns, columns):
-            return
+            return None
         if m.replica_identity == "f":  # every column is flagged: the key is the primary key
             key = key_columns(self.catalog, m.oid, "d")
         else:
             key = [c.name for c in m.columns if c.key]
-        self._build(m.oid, m.namespace, m.name, columns, key)
-        if current:
-            log.info("%s.%s: schema changed, new schema version", m.namespace, m.name)
+        return self._changed(m.oid, m.namespace, m.name, columns, key)
 
-    def _build(self, oid, schema, name, columns, key) -> CodecSpec:
+    def described(self, table: SourceTable) -> str | None:
+        """A table as the catalog describes it, once the stream has passed every change of it:
+        DDL that no row change followed, which no Relation message brings (capture/drift.py).
+        Returns what :meth:`relation` returns."""
+        return self._changed(table.oid, table.schema, table.name, table.columns, table.key)
+
+    def last_met(self, oid: int, schema: str, name: str) -> dict | None:
+        """The value schema the views last met for the table: this run's, else (a restart) the
+        latest registered one; None for a table never published."""
+        if oid not in self._met:
+            self._met[oid] = self._registered(table_topic(self.prefix, schema, name))
+        return self._met[oid]
+
+    def _changed(self, oid, schema, name, columns, key) -> str | None:
+        previous = self.last_met(oid, schema, name)
+        shape = [(c.name, c.formatted or c.type.name) for c in columns]
+        renamed: dict[str, tuple[str, str]] = {}  # new name -> (old name, old Avro field)
+        why = None
+        if previous is not None and shape_of(previous) != shape:
+            change = compare(shape_of(previous), shape, Attributes.of(self.catalog, oid),
+                             self._met_in.get(oid))
+            fields = {f.get("pg.name", f["name"]): f["name"] for f in previous["fields"]}
+            renamed = {new: (old, fields[old]) for new, old in change.renamed.items()}
+            why = change.republish()
+        known = oid in self._codecs
+        self._build(oid, schema, name, columns, key, renamed)
+        if known:
+            log.info("%s.%s: schema changed, new schema version", schema, name)
+        return why
+
+    def relabeled(self) -> list[tuple[int, str]]:
+        """Tables using an enum type one of whose values was renamed since their codec was
+        built (``ALTER TYPE … RENAME VALUE``: every row holding it changed, and none of them
+        is in the WAL). Their codecs are rebuilt with the type's values as they are now (the
+        value schema's ``pg.enum``); returns (oid, why) for each, to publish them again."""
+        used = {oid: {t.oid: t for c in codec.spec.columns for t in _enums(c.type)}
+                for oid, codec in self._codecs.items()}
+        enums = {t.oid: t for types in used.values() for t in types.values()}
+        if not enums:
+            return []
+        now = dict(self.catalog.execute(
+            "select enumtypid, array_agg(enumlabel::text order by enumsortorder)"
+            " from pg_catalog.pg_enum where enumtypid = any(%s) group by enumtypid",
+            (list(enums),)).fetchall())
+        renamed = {oid: t for oid, t in enums.items() if not set(t.labels) <= set(now.get(oid, ()))}
+        out = []
+        for oid, types in used.items():
+            hit = [t for t in types.values() if t.oid in renamed]
+            if not hit:
+                continue
+            spec = self._codecs[oid].spec
+            fresh: dict = {}
+            columns = [replace(c, type=load_type(self.catalog, c.type.oid, fresh))
+                       for c in spec.columns]
+            self._build(oid, spec.schema, spec.table, columns, list(spec.key_columns))
+            why = "; ".join(f"a value of type {t.schema}.{t.name} renamed" for t in hit)
+            out.append((oid, why))
+        self._type_cache.clear()  # arrays and domains of the types hold them too
+        return out
+
+    def _registered(self, topic: str) -> dict | None:
+        if self.fmt != "avro" or self.registrar is None:
+            return None
+        return self.registrar.latest(f"{topic}-value")
+
+    def _build(self, oid, schema, name, columns, key, renamed=None) -> CodecSpec:
         if not key and not self.allow_unkeyed:
             raise UnkeyedTable(
                 f"table {schema}.{name} has no primary key or replica-identity index",
@@ -110,10 +179,12 @@ class Tables:
                                      config={**self.topic_config, "retention.ms": "-1"},
                                      created=self.created_topics, partitions=partitions)
         spec = make_spec(schema, name, topic, columns, key, self.fmt, self.registrar,
-                         self.temporal_mode)
+                         self.temporal_mode, renamed)
         if self.ownership is not None:
             self.ownership.claim(schema, name, topic, key)
         self._codecs[oid] = spec.codec()
+        self._met[oid] = spec.value_schema
+        self._met_in[oid] = Attributes.of(self.catalog, oid)  # to know its columns again
         return spec
 
     def _columns(self, m: pgoutput.Relation) -> list[Column]:
@@ -134,6 +205,17 @@ class Tables:
                 typmod=rc.typmod, formatted=formatted,
             ))
         return columns
+
+
+def _enums(t: PgType | None):
+    """The enum types a column type is made of (itself, an array's element, a domain's base)."""
+    if t is None:
+        return
+    if t.kind == "e":
+        yield t
+    yield from _enums(t.element)
+    yield from _enums(t.base)
+    yield from _enums(t.subtype)
 
 
 def _same(a: tuple[Column, ...], b: list[Column]) -> bool:

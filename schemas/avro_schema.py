@@ -10,7 +10,7 @@ from :func:`schemas.pgtypes.codec_for`. Every field keeps the column's original 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from schemas.pgtypes import (
@@ -72,7 +72,8 @@ def field_names(columns: Sequence[Column]) -> list[str]:
     return [n for n in out if n is not None]
 
 
-def _field(column: Column, name: str, codec: Codec, defined: set[str], key: bool) -> dict:
+def _field(column: Column, name: str, codec: Codec, defined: set[str], key: bool,
+           renamed: tuple[str, str] | None) -> dict:
     avro_type = codec.schema_in(defined)
     field: dict[str, Any] = {"name": name}
     if key:
@@ -86,12 +87,15 @@ def _field(column: Column, name: str, codec: Codec, defined: set[str], key: bool
         field["pg.notnull"] = True
     if column.missing is not None:
         field["pg.missing"] = column.missing  # what rows older than the column hold
+    if renamed is not None:  # the version right after RENAME COLUMN: (old name, old field)
+        field["pg.renamed"] = renamed[0]
+        field["aliases"] = [renamed[1]]  # Avro's own way: a reader matches the old field
     return field
 
 
 def record_schemas(
     namespace_schema: str, table: str, columns: list[Column], key_columns: list[str],
-    temporal_mode: str = "logical",
+    temporal_mode: str = "logical", renamed: Mapping[str, tuple[str, str]] | None = None,
 ) -> tuple[dict | None, dict]:
     """(key record schema or None when ``key_columns`` is empty, value record schema).
 
@@ -102,12 +106,14 @@ def record_schemas(
     the key record has the same name in the namespace ``<schema>.key``, so that the two never
     share a full name. Named types used several times (``bottler.pg.Interval``, range records)
     are defined at their first use and referenced by full name afterwards.
+
+    ``renamed`` (column name -> (its name before ``RENAME COLUMN``, that column's field name))
+    marks the renamed columns' fields with ``pg.renamed`` and ``aliases``.
     """
     names = field_names(columns)
     codecs = [codec_for(c) for c in columns]
     namespace = sanitize_name(namespace_schema)
     record = sanitize_name(table)
-
 
     def record_in(ns: str, positions: Iterable[int], key: bool) -> dict:
         defined = {f"{ns}.{record}"}  # named types are defined once per record schema
@@ -117,7 +123,8 @@ def record_schemas(
             "namespace": ns,
             "pg.schema": namespace_schema,
             "pg.table": table,
-            "fields": [_field(columns[i], names[i], codecs[i], defined, key) for i in positions],
+            "fields": [_field(columns[i], names[i], codecs[i], defined, key,
+                              (renamed or {}).get(columns[i].name)) for i in positions],
         }
 
     value = in_mode(record_in(namespace, range(len(columns)), key=False), temporal_mode)

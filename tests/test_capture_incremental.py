@@ -5,6 +5,7 @@ restarted; the replica ends equal to the source."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -230,3 +231,39 @@ def test_an_unkeyed_table_is_republished_by_page_ranges(stack, source, prefix, s
         return values if len(values) >= 500 else None
 
     assert sorted(wait_for(published, 60, "the unkeyed table's rows")) == list(range(1, 501))
+
+
+def test_a_rename_during_a_snapshot_of_the_table_starts_it_over(stack, source, prefix, start,
+                                                                 caplog):
+    """The rows a snapshot under way published before a rename hold the old name: the capture's
+    own re-publication (capture/schema_changes.py) restarts it, and every row's latest message
+    ends under the new name."""
+    from capture.signal import request_snapshot
+
+    total = 30_000
+    execute(source, "create table big (id int primary key, a int)",
+            f"insert into big select g, g from generate_series(1, {total}) g")
+    start(skip_snapshot=True, incremental_chunk_rows=100)
+    wait_streaming(source, prefix)
+    request_snapshot(source, prefix, "big")
+    topic = f"{prefix}.big"
+
+    def some_published():
+        try:
+            return len(read_topic(stack.kafka, topic)) >= 2_000
+        except KeyError:
+            return False
+
+    wait_for(some_published, 60, "the snapshot's first chunks")
+    caplog.set_level(logging.INFO, logger="capture")
+    execute(source, "alter table big rename column a to a2", "update big set a2 = -1 where id = 1")
+    decoder = Decoder(stack.registry_url)
+
+    def renamed():
+        state = decoder.table_state(read_topic(stack.kafka, topic))
+        values = sorted((v["id"], v.get("a2")) for v in state.values())
+        return len(values) == total and values[0] == (1, -1) and all(
+            a2 == i for i, a2 in values[1:]) and not any("a" in v for v in state.values())
+
+    wait_for(renamed, 120, "every row's latest message under the new name")
+    assert "incremental snapshot of public.big starts over: column a renamed to a2" in caplog.text

@@ -58,8 +58,12 @@ V3 = value_schema(ITEMS, [ID, NAME, NOTE])  # price dropped
 REGION = {**_field("region", "string", "text"), "pg.missing": "eu"}
 LEVEL = {**_field("level", "int", "integer"), "pg.missing": "7"}
 V4 = value_schema(ITEMS, [ID, NAME, PRICE, REGION, LEVEL])
+# ALTER TABLE items RENAME COLUMN name TO title: the version right after marks it
+TITLE = {**_field("title", "string", "text"), "pg.renamed": "name", "aliases": ["name"]}
+V5 = value_schema(ITEMS, [ID, TITLE, PRICE])
 LOG_SCHEMA = value_schema(LOG, [_field("at", "int", "integer"), NAME])
-SCHEMA_IDS = {id(V1): 101, id(V2): 102, id(V3): 103, id(V4): 104, id(LOG_SCHEMA): 201}
+SCHEMA_IDS = {id(V1): 101, id(V2): 102, id(V3): 103, id(V4): 104, id(V5): 105,
+              id(LOG_SCHEMA): 201}
 
 
 class Stream:
@@ -313,6 +317,39 @@ def test_a_column_added_with_a_default_shows_it_on_older_rows(adapter):
     more.upsert(6, V4, name="six", region=None, level=None)
     feed(again, more.changes)
     assert adapter.keyed(again, ITEMS, columns) == {**expected, (6,): (6, "six", None, None)}
+
+
+def test_a_renamed_column_ends_with_every_value_under_its_new_name(adapter):
+    """RENAME COLUMN (capture/schema_changes.py): the capture marks the new schema version and
+    publishes every row again under it. Each view ends with the values under the new name and
+    none under the old; the replica renames its column in place, so the rows not yet published
+    again keep their values meanwhile."""
+    s = Stream()
+    for i in range(1, 4):
+        s.upsert(i, V1, name=f"item {i}", price=Decimal(i))
+    s.upsert(2, V5, title="two, renamed", price=Decimal(2))  # a change after the rename
+    renamed_at = len(s.changes)
+    for i in range(1, 4):  # the capture's incremental snapshot of the table
+        title = "two, renamed" if i == 2 else f"item {i}"
+        s.upsert(i, V5, title=title, price=Decimal(i))
+    expected = {(1,): (1, "item 1", Decimal(1)), (2,): (2, "two, renamed", Decimal(2)),
+                (3,): (3, "item 3", Decimal(3))}
+    for batch in (1, 2, 100):
+        sink = adapter.make()
+        feed(sink, s.changes, batch=batch)
+        assert adapter.keyed(sink, ITEMS, ("id", "title", "price")) == expected, batch
+        if not isinstance(sink, PostgresSink):  # the replica has no such column (below)
+            assert {row[1] for row in adapter.keyed(sink, ITEMS, ("id", "name")).values()} \
+                == {None}, f"a value left under the old name (batches of {batch})"
+    if isinstance(sink, PostgresSink):
+        live = adapter.make()
+        feed(live, s.changes[:renamed_at])  # before the snapshot: renamed, never NULL
+        assert adapter.keyed(live, ITEMS, ("id", "title"))[(1,)] == (1, "item 1")
+        with psycopg.connect(live.target_dsn) as conn:
+            columns = conn.execute(
+                "select attname, attisdropped from pg_attribute"
+                " where attrelid = 'items'::regclass and attnum > 0 order by attnum").fetchall()
+        assert columns == [("id", False), ("title", False), ("price", False)]  # no drop + add
 
 
 def test_truncate_empties_the_table_and_keeps_what_comes_after(adapter):

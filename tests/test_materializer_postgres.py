@@ -4,6 +4,7 @@ loop, and a PostgresSink into a fresh target database; source and target compare
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -368,3 +369,62 @@ def test_a_value_the_target_refuses_is_rejected_alone(stack, target):
         assert fetch(target, "select * from t") == [(1, b"\x01")]
     finally:
         sink.close()
+
+
+def test_a_type_change_whose_values_do_not_convert_waits_for_the_republication(stack, target,
+                                                                               caplog):
+    """``ALTER COLUMN name TYPE integer USING length(name)`` at the source: the replica's own cast
+    of 'item 1' fails, so it empties the column (not the batch), and the capture's
+    re-publication of the table (capture/schema_changes.py) brings the source's values."""
+    from tests.test_conformance import ID, ITEMS, SCHEMA_IDS, V1, Stream, _field, feed, value_schema
+
+    retyped = value_schema(ITEMS, [ID, _field("name", "int", "integer")])
+    SCHEMA_IDS[id(retyped)] = 106
+    s = Stream()
+    for i in range(1, 4):
+        s.upsert(i, V1, name=f"item {i}")
+    for i in range(1, 4):
+        s.upsert(i, retyped, name=len(f"item {i}"))
+    sink = PostgresSink(target, f"g-{uuid.uuid4().hex[:8]}")
+    try:
+        with caplog.at_level(logging.WARNING, logger="materializers.postgres"):
+            feed(sink, s.changes[:4])  # the new version and its first row
+        assert "the values do not convert" in caplog.text
+        assert fetch(target, "select id, name from items order by id") == [
+            (1, 6), (2, None), (3, None)]
+        feed(sink, s.changes[4:])
+        assert fetch(target, "select id, name from items order by id") == [
+            (1, 6), (2, 6), (3, 6)]
+    finally:
+        sink.close()
+
+
+def test_a_renamed_key_column_is_renamed_in_place(stack, target):
+    """RENAME COLUMN of the primary key: the replica renames it (its primary key follows), and
+    the rows keep their values."""
+    from tests.test_conformance import ID, ITEMS, KEY_SCHEMA, NAME, _field, feed, value_schema
+
+    ident = {**_field("ident", "int", "integer", True), "pg.renamed": "id", "aliases": ["id"]}
+    renamed = value_schema(ITEMS, [ident, NAME])
+    renamed_key = {**KEY_SCHEMA, "fields": [{**ident, "type": "int"}]}
+
+    def upsert(offset, schema, key_schema, key, name, schema_id, key_id):
+        field = key_schema["fields"][0]["name"]
+        return Change(topic="p.items", table=ITEMS, op="upsert", key={field: key},
+                      value={field: key, "name": name}, partition=0, offset=offset,
+                      key_schema_id=key_id, value_schema_id=schema_id, key_schema=key_schema,
+                      value_schema=schema)
+
+    before = value_schema(ITEMS, [ID, NAME])
+    changes = [upsert(i, before, KEY_SCHEMA, i, f"item {i}", 301, 300) for i in range(1, 4)]
+    changes.append(upsert(4, renamed, renamed_key, 2, "two", 303, 302))
+    sink = PostgresSink(target, f"g-{uuid.uuid4().hex[:8]}")
+    try:
+        feed(sink, changes)
+    finally:
+        sink.close()
+    assert fetch(target, "select ident, name from items order by ident") == [
+        (1, "item 1"), (2, "two"), (3, "item 3")]
+    assert fetch(target, "select a.attname from pg_index i join pg_attribute a"
+                         " on a.attrelid = i.indrelid and a.attnum = any(i.indkey)"
+                         " where i.indrelid = 'items'::regclass and i.indisprimary") == [("ident",)]

@@ -9,7 +9,7 @@ the target match. Never a foreign key.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
@@ -23,6 +23,7 @@ from materializers.core.changes import TableId
 __all__ = [
     "ColumnShape",
     "PgTypeText",
+    "Statement",
     "TableShape",
     "create_statements",
     "desired_shape",
@@ -30,6 +31,7 @@ __all__ = [
     "existing_shape",
     "quote",
     "qualified",
+    "renames",
 ]
 
 _DIALECT = postgresql.dialect()
@@ -57,6 +59,18 @@ class PgTypeText(UserDefinedType):
         return self.text
 
 
+class Statement(str):
+    """A DDL statement, with the one to run instead if the rows' values do not convert."""
+
+    fallback: str | None = None
+
+    @classmethod
+    def of(cls, text: str, fallback: str | None = None) -> Statement:
+        statement = cls(text)
+        statement.fallback = fallback
+        return statement
+
+
 @dataclass(frozen=True)
 class ColumnShape:
     name: str  # the PostgreSQL column name (``pg.name``)
@@ -64,6 +78,7 @@ class ColumnShape:
     not_null: bool = False
     field: str = ""  # the Avro field name (empty for a shape read from the catalog)
     missing: str | None = None  # ``pg.missing``: the value of rows older than the column
+    renamed: str | None = None  # ``pg.renamed``: the column's name before RENAME COLUMN
 
 
 @dataclass(frozen=True)
@@ -81,7 +96,7 @@ def desired_shape(value_schema: dict, key_schema: dict | None,
     ``pg.notnull``), the key schema's fields as primary key."""
     columns = tuple(
         ColumnShape(f.get("pg.name", f["name"]), target_type(f), bool(f.get("pg.notnull")),
-                    f["name"], f.get("pg.missing"))
+                    f["name"], f.get("pg.missing"), f.get("pg.renamed"))
         for f in value_schema["fields"]
     )
     key: tuple[str, ...] = ()
@@ -91,7 +106,7 @@ def desired_shape(value_schema: dict, key_schema: dict | None,
                     for f in key_schema["fields"])
         # key columns are NOT NULL whatever the value schema says
         columns = tuple(
-            ColumnShape(c.name, c.type, True, c.field, c.missing) if c.name in key else c
+            replace(c, not_null=True) if c.name in key else c
             for c in columns
         )
     return TableShape(columns, key)
@@ -139,22 +154,39 @@ def create_statements(table: TableId, shape: TableShape) -> list[str]:
     return statements
 
 
+def renames(existing: TableShape, desired: TableShape, owned: Collection[str]) -> dict[str, str]:
+    """The columns to rename in place (new name -> old name): those the source renamed
+    (``pg.renamed``) where the old name is the replica's own column, gone from the source, and
+    the new name is free."""
+    wanted = {c.name for c in desired.columns}
+    have = {c.name for c in existing.columns}
+    return {c.name: c.renamed for c in desired.columns
+            if c.renamed and c.name not in have and c.renamed in have and c.renamed in owned
+            and c.renamed not in wanted}
+
+
 def evolve_statements(table: TableId, existing: TableShape, desired: TableShape,
                       owned: Collection[str]) -> list[str]:
     """``ALTER TABLE`` statements taking ``existing`` to ``desired``, touching only the
-    ``owned`` columns (those the replica created) of what is there: dropped columns dropped,
-    new ones added (nullable; the rows already there get the source's ``pg.missing`` value, the
-    one its older rows read for a column added with a default, else NULL), type changes
-    through ``USING col::text::newtype``, NOT NULL dropped where the source dropped it (set only
-    at creation). A renamed column is a drop plus an add. The primary key is kept, and so is
-    every column the replica did not create."""
+    ``owned`` columns (those the replica created) of what is there: renamed columns renamed
+    (their rows keep their values), dropped columns dropped, new ones added (nullable; the rows
+    already there get the source's ``pg.missing`` value, the one its older rows read for a
+    column added with a default, else NULL), type changes through ``USING col::text::newtype``,
+    NOT NULL dropped where the source dropped it (set only at creation). The primary key is
+    kept (under its columns' new names), and so is every column the replica did not create.
+    A type change is a :class:`Statement` with a fallback for values that do not convert."""
     name = qualified(table)
     wanted = {c.name for c in desired.columns}
-    have = {c.name: c for c in existing.columns}
-    out = []
+    renamed = renames(existing, desired, owned)
+    out = [f"alter table {name} rename column {quote(old)} to {quote(new)}"
+           for new, old in renamed.items()]
+    to_new = {old: new for new, old in renamed.items()}
+    have = {to_new.get(c.name, c.name): c for c in existing.columns}  # after the renames
+    key = {to_new.get(k, k) for k in existing.key}
+    owned = {*owned, *renamed}
     for column in existing.columns:
         if (column.name not in wanted and column.name not in existing.key
-                and column.name in owned):
+                and column.name in owned and column.name not in renamed.values()):
             out.append(f"alter table {name} drop column {quote(column.name)}")
     for column in desired.columns:
         current = have.get(column.name)
@@ -171,8 +203,11 @@ def evolve_statements(table: TableId, existing: TableShape, desired: TableShape,
         if column.name not in owned:
             continue  # the user's column: ownership.conflicts checked that it takes the values
         if current.type != column.type:
-            out.append(f"alter table {name} alter column {col} type {column.type}"
-                       f" using {col}::text::{column.type}")
-        if current.not_null and not column.not_null and column.name not in existing.key:
+            # A value that does not convert (``TYPE integer USING length(a)`` at the source)
+            # empties the column instead: the capture publishes the table again after a type
+            # change (docs/capture.md), which brings the source's values.
+            retype = f"alter table {name} alter column {col} type {column.type} using"
+            out.append(Statement.of(f"{retype} {col}::text::{column.type}", f"{retype} null"))
+        if current.not_null and not column.not_null and column.name not in key:
             out.append(f"alter table {name} alter column {col} drop not null")
     return out

@@ -24,7 +24,7 @@ import psycopg
 from common.errors import BottlerError
 from materializers.core.changes import TableId
 from materializers.postgres import adoption
-from materializers.postgres.ddl import TableShape, qualified, quote
+from materializers.postgres.ddl import TableShape, qualified, quote, renames
 
 OWNERSHIP_DDL = [
     "create table if not exists bottler.replica_tables (schema_name text not null,"
@@ -118,7 +118,8 @@ def conflicts(conn: psycopg.Connection, table: TableId, existing: TableShape,
               desired: TableShape, owned: Ownership) -> None:
     """Raise :class:`TargetConflict` if the replica cannot write ``desired`` rows into the
     existing table without destroying the user's data or failing on every row."""
-    if desired.key and set(desired.key) not in _unique_keys(conn, table):
+    renamed = renames(existing, desired, owned.columns)  # renamed before the key is used
+    if desired.key and {renamed.get(k, k) for k in desired.key} not in _unique_keys(conn, table):
         have = f"primary key ({', '.join(existing.key)})" if existing.key else "no primary key"
         raise TargetConflict(
             f"target table {table} has {have}, but the source's key is"

@@ -530,7 +530,7 @@ class PostgresSink:
             if statements:
                 log.info("evolving %s: %s", segment.table, "; ".join(statements))
         for statement in statements:
-            self._conn.execute(statement)
+            self._alter(segment.table, statement)
         # the replica's columns now: its own the source still has, and those it just added
         have = {c.name for c in existing.columns} if existing else set()
         wanted = {c.name for c in desired.columns}
@@ -541,6 +541,20 @@ class PostgresSink:
         known = self._describe(segment.table, desired, schema, segment.value_schema_id)
         self._tables[segment.table] = known
         return known
+
+    def _alter(self, table_id: TableId, statement: str) -> None:
+        fallback = getattr(statement, "fallback", None)
+        if fallback is None:
+            self._conn.execute(statement)
+            return
+        try:
+            with self._conn.transaction():  # a savepoint: the batch goes on without it
+                self._conn.execute(statement)
+        except psycopg.errors.DataError as exc:
+            log.warning("%s: the values do not convert (%s): %s instead; the capture's "
+                        "re-publication of the table brings the source's values", table_id,
+                        str(exc).strip().splitlines()[0], fallback)
+            self._conn.execute(fallback)
 
     def _describe(self, table_id: TableId, shape: TableShape, schema: dict,
                   schema_id: int | None) -> _Table:
