@@ -68,20 +68,26 @@ log = logging.getLogger(__name__)
 # and the serial collector; its own work is small (the Python workers decode and stage).
 JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto"
 STOP_TIMEOUT = "10000"  # ms a stopped query waits for its batch (atomic commits, or replayed)
+DRIVER_HOST = "127.0.0.1"  # where the driver listens unless --driver-host says otherwise
 STAGING = "_bottler_staging"  # under the warehouse: each batch's staged rows, removed after it
 
 
-def spark_session(master: str = "local[2]", app: str = "bottler-warehouse"):
+def spark_session(master: str = "local[2]", app: str = "bottler-warehouse",
+                  driver_host: str = DRIVER_HOST):
     """A Spark session whose Python workers run this interpreter (so they import bottler), with
     the ``bottler_kafka`` data source registered. Its JVM dies with this process; SIGTERM or
     SIGINT during the start ends it and raises :class:`jvm.Stopped`; end the session with
-    :func:`jvm.stop`."""
+    :func:`jvm.stop`. The driver's RPC and block manager (unauthenticated) listen on
+    ``driver_host`` only: loopback unless asked (executors elsewhere need an address they reach);
+    Spark's own default is the machine's network address."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     builder = (SparkSession.builder.master(master).appName(app)
-               .config("spark.ui.enabled", "false")
+               .config("spark.driver.host", driver_host)
+               .config("spark.driver.bindAddress", driver_host)
+               .config("spark.ui.enabled", "false")  # a web UI nobody here looks at: no port
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.driver.memory", "2g")
