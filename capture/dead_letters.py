@@ -25,6 +25,7 @@ from confluent_kafka import KafkaException, Producer
 from capture import metrics
 from capture.pgoutput import UNCHANGED, lsn_to_str
 from common.errors import BottlerError
+from common.kafka import client_config
 from schemas.topics import CAPTURE_DEAD_LETTER, with_prefix
 
 if TYPE_CHECKING:
@@ -172,10 +173,9 @@ class ErrorPolicy:
 
             limit = max(MAX_BYTES + 1024 * 1024,
                         int(self.extra.get("message.max.bytes", 0) or 0))
-            self._producer = Producer({
-                **BASE_CONFIG, "bootstrap.servers": self.bootstrap, **self.extra,
-                "message.max.bytes": limit, "batch.size": MAX_BYTES,
-            })
+            self._producer = Producer(client_config(self.bootstrap, **{
+                **BASE_CONFIG, **self.extra, "message.max.bytes": limit, "batch.size": MAX_BYTES,
+            }))
         return self._producer
 
     def poll(self, timeout: float = 0) -> None:

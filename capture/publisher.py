@@ -10,8 +10,11 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from capture.acks import AckTracker, Batch
 from capture.dead_letters import ErrorPolicy, OnError, Row
 from common.errors import BottlerError
+from common.kafka import client_config
+from common.logs import RateLimited
 
 log = logging.getLogger(__name__)
+broker_log = RateLimited(log)  # a broker that is down: one line a minute, not one per retry
 
 BASE_CONFIG = {
     "enable.idempotence": True,  # no duplicates or reordering from the producer's own retries
@@ -52,8 +55,9 @@ class Publisher:
         untracked = {} if track else {
             "delivery.report.only.error": True, "on_delivery": self._untracked_failure,
         }
-        config = {**BASE_CONFIG, "bootstrap.servers": bootstrap, **(extra_config or {})}
-        self._producer = Producer({**config, **untracked, "error_cb": self._client_error})
+        config = {**BASE_CONFIG, **(extra_config or {})}
+        self._producer = Producer(client_config(bootstrap, **config, **untracked,
+                                                error_cb=self._client_error))
         # A message at most this large shares its batch with others, which together stay under
         # the batch size (and so under the topics' limit, see producer_config): only a larger
         # one can be refused for its size, so only for those is the row's text kept until Kafka
@@ -149,7 +153,7 @@ class Publisher:
         if err.fatal():
             self._fatal = BottlerError(f"Kafka producer failed: {err.str()}")
         elif err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
-            log.warning("Kafka broker %s: %s (retrying)", self.bootstrap, err.str())
+            broker_log.warning("Kafka broker %s: %s (retrying)", self.bootstrap, err.str())
 
 
 class _RowDelivery:

@@ -23,7 +23,7 @@ from capture.tables import Tables
 from capture.undo import Undo
 from common import gctune
 from common.errors import BottlerError
-from common.kafka import check_broker
+from common.kafka import check_broker, client_config
 from common.redact import redact
 from schemas.topics import STATE, with_prefix
 
@@ -58,7 +58,7 @@ def _run(s: CaptureSettings, catalog, stop: threading.Event) -> None:
                            "combined with --skip-snapshot", "drop --skip-snapshot")
     # Kafka and the registry are checked before anything is created in the database.
     check_broker(s.kafka)  # a wrong property fails here, in one line
-    admin = AdminClient({**s.kafka, "log_level": 2})
+    admin = AdminClient(client_config(s.kafka, log_level=2))
     registrar = Registrar(s.schema_registry) if s.output_format == "avro" else None
     if registrar:
         registrar.check()

@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from capture import topics
 from common.errors import BottlerError
+from common.kafka import client_config
 from schemas import ownership
 from schemas.topics import STATE, with_prefix
 
@@ -37,10 +38,9 @@ class CaptureState:
 
     def read_all(self) -> dict[str, dict]:
         """Every key's last recorded state, read from the start of the topic to its end."""
-        consumer = Consumer({
-            **self.extra, "bootstrap.servers": self.bootstrap,
-            "group.id": f"bottler-state-{uuid.uuid4().hex}", "enable.auto.commit": False,
-        })
+        consumer = Consumer(client_config(
+            {**self.extra, "bootstrap.servers": self.bootstrap},
+            **{"group.id": f"bottler-state-{uuid.uuid4().hex}", "enable.auto.commit": False}))
         try:
             state: dict[str, dict] = {}
             partition = TopicPartition(self.topic, 0, 0)
@@ -93,8 +93,9 @@ class CaptureState:
         its producer id (about 0.5 s here), which then happens while the capture does other
         work rather than before its slot is made."""
         if self._producer is None:
-            self._producer = Producer({**self.extra, "bootstrap.servers": self.bootstrap,
-                                       "enable.idempotence": True, "acks": "all"})
+            self._producer = Producer(client_config(
+                {**self.extra, "bootstrap.servers": self.bootstrap},
+                **{"enable.idempotence": True, "acks": "all"}))
             self._producer.poll(0)
 
     def _produce(self, states: dict[str, dict | None], wait: bool = True) -> None:

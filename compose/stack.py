@@ -398,7 +398,9 @@ def _holds_partitions(bootstrap: str, instance_id: str) -> bool:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    from common.kafka import client_config
+
+    admin = AdminClient(client_config(bootstrap, log_level=0))
     try:
         groups = [g.group_id for g in admin.list_consumer_groups(request_timeout=3).result().valid]
         described = admin.describe_consumer_groups(groups, request_timeout=3) if groups else {}
