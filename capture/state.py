@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from capture import topics
+from capture.acks import RESUME, producer_failed
 from common.errors import BottlerError
 from common.kafka import client_config
 from schemas import ownership
@@ -101,19 +102,22 @@ class CaptureState:
     def _produce(self, states: dict[str, dict | None], wait: bool = True) -> None:
         self.warm()
         errors = self._errors
-        for key, state in states.items():
-            self._producer.produce(
-                self.topic, key=key.encode(),
-                value=None if state is None else json.dumps(state).encode(),
-                on_delivery=lambda err, _: errors.append(err) if err else None)
-        if not wait:
-            self._producer.poll(0)
-            return
-        if self._producer.flush(30) or errors:
+        try:
+            for key, state in states.items():
+                self._producer.produce(
+                    self.topic, key=key.encode(),
+                    value=None if state is None else json.dumps(state).encode(),
+                    on_delivery=lambda err, _: errors.append(err) if err else None)
+            if not wait:
+                self._producer.poll(0)
+                return
+            unacknowledged = self._producer.flush(30)
+        except KafkaException as exc:  # a fatal error (the broker lost the producer's state)
+            raise producer_failed(f"the producer of {self.topic}", exc.args[0].str()) from None
+        if unacknowledged or errors:
             raise BottlerError(
                 f"cannot record the capture state in {self.topic}: "
-                f"{errors[0].str() if errors else 'no acknowledgement'}"
-            )
+                f"{errors[0].str() if errors else 'no acknowledgement'}", RESUME)
 
 
 class TopicOwnership:
