@@ -48,6 +48,7 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
+from common.errors import BottlerError
 from common.kafka import Connection, client_config
 from common.registry import Registry
 from materializers.core import metrics, poison, positions, watermarks
@@ -206,6 +207,8 @@ class WarehouseJob:
         started = time.monotonic()
 
         def each(_frame: Any, batch_id: int) -> None:
+            if failure:
+                return  # a user's error ended the query, which is stopping (below)
             if batch_id == 0:
                 log.info("%s: streaming query's first batch %.1f s after its start", self.name,
                          time.monotonic() - started)
@@ -218,6 +221,11 @@ class WarehouseJob:
                     if (stop or threading.Event()).wait(1.0):
                         break
                     result = self.batch(ends)
+            except BottlerError as exc:
+                # the user's to fix, in one line: not raised through Spark's engine, which
+                # would log its Java and Python stack traces; the query is stopped below
+                failure.append(exc)
+                return
             except BaseException as exc:
                 failure.append(exc)
                 raise
@@ -232,9 +240,10 @@ class WarehouseJob:
                  .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())
         try:
             if stop is None:
-                query.awaitTermination()
+                while query.isActive and not failure:
+                    query.awaitTermination(0.2)
             else:
-                while query.isActive and not stop.wait(0.2):
+                while query.isActive and not failure and not stop.wait(0.2):
                     pass
         except Exception:
             if failure:
