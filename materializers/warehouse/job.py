@@ -83,6 +83,8 @@ def spark_session(master: str = "local[2]", app: str = "bottler-warehouse",
     Spark's own default is the machine's network address."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # the address Spark takes for this machine's (its other parts, its log): the driver's too
+    os.environ.setdefault("SPARK_LOCAL_IP", driver_host)
     from pyspark.sql import SparkSession
 
     builder = (SparkSession.builder.master(master).appName(app)
