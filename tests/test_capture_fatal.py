@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from tests.capture_support import capture_process
-from tests.support import execute, topic_state, wait_for, wait_streaming
+from tests.support import Decoder, execute, read_topic, topic_state, wait_for, wait_streaming
 
 
 def limit(stack, topic: str, size: int) -> None:
@@ -89,7 +89,11 @@ def test_a_fatal_producer_error_is_one_line_and_loses_nothing(stack, source, pre
             stack.restart("broker")
             time.sleep(5)
         last = inserts.stop() + (fault == "gap-forbidden")  # the large row's too
-        if fault == "gap-forbidden" or proc.poll() is not None:
+        decoder = Decoder(stack.registry_url)
+        # the capture carries on to the last row, or ends (in one line, below)
+        wait_for(lambda: proc.poll() is not None or len(decoder.table_state(
+            read_topic(stack.kafka, f"{prefix}.items"))) == last, 120, "the end or every row")
+        if proc.poll() is not None:
             proc.wait(60)
             text = one_clear_line(log.read_text())
             assert "resumes from the last confirmed position" in text, text
