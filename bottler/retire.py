@@ -25,6 +25,7 @@ from pydantic_settings import NoDecode
 
 from common.config import KafkaSettings, RegistrySettings, TopicPrefixSettings, env
 from common.errors import BottlerError
+from common.kafka import client_config
 from common.redact import redact
 from schemas import ownership
 from schemas.topics import CONTROL, table_topic, table_topics, with_prefix
@@ -108,7 +109,7 @@ def plan(s: RetireSettings) -> Plan:
     if p.slot_pid and not s.dry_run:
         raise _in_use(s.slot, p.slot_pid)
     p.publications = _publications(s.postgres, s.slot)
-    admin = AdminClient({**s.kafka, "log_level": 2})
+    admin = AdminClient(client_config(s.kafka, log_level=2))
     existing = set(_list_topics(admin, s.broker))
     registry = registry_client(s.schema_registry)
     subjects = set(registry.get_subjects())
@@ -268,7 +269,7 @@ def remove(s: RetireSettings, p: Plan) -> list[str]:
     if p.indices:
         done += _remove_search(s.search, p)
     if p.topics:
-        admin = AdminClient({**s.kafka, "log_level": 2})
+        admin = AdminClient(client_config(s.kafka, log_level=2))
         failed = []
         for topic, future in admin.delete_topics(p.topics, operation_timeout=30).items():
             try:

@@ -23,8 +23,10 @@ from typing import TYPE_CHECKING
 from confluent_kafka import KafkaException, Producer
 
 from capture import metrics
+from capture.acks import producer_failed
 from capture.pgoutput import UNCHANGED, lsn_to_str
 from common.errors import BottlerError
+from common.kafka import client_config
 from schemas.topics import CAPTURE_DEAD_LETTER, with_prefix
 
 if TYPE_CHECKING:
@@ -172,22 +174,27 @@ class ErrorPolicy:
 
             limit = max(MAX_BYTES + 1024 * 1024,
                         int(self.extra.get("message.max.bytes", 0) or 0))
-            self._producer = Producer({
-                **BASE_CONFIG, "bootstrap.servers": self.bootstrap, **self.extra,
-                "message.max.bytes": limit, "batch.size": MAX_BYTES,
-            })
+            self._producer = Producer(client_config(self.bootstrap, **{
+                **BASE_CONFIG, **self.extra, "message.max.bytes": limit, "batch.size": MAX_BYTES,
+            }))
         return self._producer
 
     def poll(self, timeout: float = 0) -> None:
         if self._producer is not None:
-            self._producer.poll(timeout)
+            self._serve(self._producer.poll, timeout)
         self.check()
 
     def flush(self, timeout: float = 60) -> int:
         """Wait for the dead letters' acknowledgements; the number still unacknowledged."""
-        remaining = self._producer.flush(timeout) if self._producer is not None else 0
+        remaining = self._serve(self._producer.flush, timeout) if self._producer else 0
         self.check()
         return remaining
+
+    def _serve(self, call, timeout: float) -> int:
+        try:
+            return call(timeout)
+        except KafkaException as exc:  # a fatal error: one line, the capture resumes later
+            raise producer_failed(f"the producer of {self.topic}", exc.args[0].str()) from None
 
     def check(self) -> None:
         if self._failed:

@@ -7,11 +7,14 @@ import logging
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from capture.acks import AckTracker, Batch
+from capture.acks import RESUME, AckTracker, Batch, producer_failed
 from capture.dead_letters import ErrorPolicy, OnError, Row
 from common.errors import BottlerError
+from common.kafka import client_config
+from common.logs import RateLimited
 
 log = logging.getLogger(__name__)
+broker_log = RateLimited(log)  # a broker that is down: one line a minute, not one per retry
 
 BASE_CONFIG = {
     "enable.idempotence": True,  # no duplicates or reordering from the producer's own retries
@@ -22,6 +25,9 @@ BASE_CONFIG = {
     "queue.buffering.max.messages": 500_000,
     "queue.buffering.max.kbytes": 64 * 1024,  # what may wait unacknowledged: bounds memory
 }
+
+
+PRODUCER = "the capture's Kafka producer"
 
 
 class DataError(Exception):
@@ -52,8 +58,9 @@ class Publisher:
         untracked = {} if track else {
             "delivery.report.only.error": True, "on_delivery": self._untracked_failure,
         }
-        config = {**BASE_CONFIG, "bootstrap.servers": bootstrap, **(extra_config or {})}
-        self._producer = Producer({**config, **untracked, "error_cb": self._client_error})
+        config = {**BASE_CONFIG, **(extra_config or {})}
+        self._producer = Producer(client_config(bootstrap, **config, **untracked,
+                                                error_cb=self._client_error))
         # A message at most this large shares its batch with others, which together stay under
         # the batch size (and so under the topics' limit, see producer_config): only a larger
         # one can be refused for its size, so only for those is the row's text kept until Kafka
@@ -86,22 +93,26 @@ class Publisher:
             except KafkaException as exc:
                 if batch is not None:
                     batch.pending -= 1
+                if exc.args[0].code() == KafkaError._FATAL:
+                    self._serve(self._producer.poll, 0)  # the error callback names the cause
+                    raise self._fatal or producer_failed(PRODUCER, exc.args[0].str()) from None
                 if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
-                    raise BottlerError(f"cannot produce to {topic}: {exc.args[0].str()}") from None
+                    raise BottlerError(f"cannot produce to {topic}: {exc.args[0].str()}",
+                                       RESUME) from None
                 error = _too_large(topic, len(value or b"") + len(key or b""))
                 error.row, error.batch, error.message = row, batch, (key, value)
                 self.data_error(error)
                 return
 
     def poll(self, timeout: float = 0) -> None:
-        self._producer.poll(timeout)
+        self._serve(self._producer.poll, timeout)
         self._handle_failures()
         self.policy.poll(0)
 
     def flush(self, timeout: float = 60) -> None:
         """Wait until everything sent is acknowledged (dead letters included); raise if it
         could not be."""
-        remaining = self._producer.flush(timeout)
+        remaining = self._serve(self._producer.flush, timeout)
         self._handle_failures()  # may send dead letters
         remaining += self.policy.flush(timeout)
         if remaining:
@@ -110,6 +121,17 @@ class Publisher:
                 f"within {timeout:.0f}s",
                 "check that the broker is up; capture resumes from the last confirmed position",
             )
+
+    def _serve(self, call, timeout: float) -> int:
+        """``poll`` or ``flush``, which run the callbacks: a fatal error raised there (or
+        reported by the error callback) ends the capture in one line, not a traceback."""
+        try:
+            served = call(timeout)
+        except KafkaException as exc:
+            raise self._fatal or producer_failed(PRODUCER, exc.args[0].str()) from None
+        if self._fatal:
+            raise self._fatal
+        return served
 
     def data_error(self, error: DataError) -> None:
         """A row that cannot be published: --on-error decides (raises under exit)."""
@@ -146,10 +168,10 @@ class Publisher:
         self.tracker.failures.append((None, err, msg))
 
     def _client_error(self, err: KafkaError) -> None:
-        if err.fatal():
-            self._fatal = BottlerError(f"Kafka producer failed: {err.str()}")
+        if err.fatal() and self._fatal is None:
+            self._fatal = producer_failed(PRODUCER, err.str())
         elif err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
-            log.warning("Kafka broker %s: %s (retrying)", self.bootstrap, err.str())
+            broker_log.warning("Kafka broker %s: %s (retrying)", self.bootstrap, err.str())
 
 
 class _RowDelivery:

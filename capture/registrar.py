@@ -24,6 +24,8 @@ class Registrar:
         self.registry = registry
         self.client = registry_client(registry)
         self._ids: dict[tuple[str, str], int] = {}
+        self._known: set[str] = set()  # subjects seen to exist
+        self.created: list[str] = []  # subjects this registrar made (a failed start's undo)
 
     def check(self) -> None:
         check_registry(self.registry)
@@ -33,7 +35,11 @@ class Registrar:
         if (subject, text) in self._ids:
             return self._ids[(subject, text)]
         try:
+            new = subject not in self._known and not self._exists(subject)
             schema_id = self.client.register_schema(subject, Schema(text, "AVRO"))
+            if new:
+                self.created.append(subject)
+            self._known.add(subject)
         except SchemaRegistryError as exc:
             if exc.http_status_code != 409:
                 raise BottlerError(
@@ -63,6 +69,25 @@ class Registrar:
         except Exception as exc:  # noqa: BLE001 - registry down: the next register says so
             log.warning("cannot read the latest schema of %s: %s", subject, redact(str(exc)))
             return None
+
+    def _exists(self, subject: str) -> bool:
+        try:
+            self.client.get_versions(subject)
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:
+                return False
+            raise
+        return True
+
+    def delete_created(self) -> None:
+        """Delete the subjects this registrar made (soft, then permanently), so a failed start
+        leaves none behind; those that existed before are never touched."""
+        while self.created:
+            subject = self.created.pop()
+            self.client.delete_subject(subject)
+            self.client.delete_subject(subject, permanent=True)
+            self._known.discard(subject)
+            self._ids = {k: v for k, v in self._ids.items() if k[0] != subject}
 
     def _register_incompatible(self, subject: str, text: str, reason: str) -> int:
         log.warning("%s: the new schema is not compatible with the previous version (%s); "

@@ -23,8 +23,9 @@ from capture.tables import Tables
 from capture.undo import Undo
 from common import gctune
 from common.errors import BottlerError
-from common.kafka import check_broker
+from common.kafka import check_broker, client_config
 from common.redact import redact
+from schemas.topics import STATE, with_prefix
 
 log = logging.getLogger(__name__)
 
@@ -57,28 +58,30 @@ def _run(s: CaptureSettings, catalog, stop: threading.Event) -> None:
                            "combined with --skip-snapshot", "drop --skip-snapshot")
     # Kafka and the registry are checked before anything is created in the database.
     check_broker(s.kafka)  # a wrong property fails here, in one line
-    admin = AdminClient({**s.kafka, "log_level": 2})
+    admin = AdminClient(client_config(s.kafka, log_level=2))
     registrar = Registrar(s.schema_registry) if s.output_format == "avro" else None
     if registrar:
         registrar.check()
     publications = Publications(catalog, s.slot, s.publication, s.tables, s.allow_unkeyed)
     published = publications.check()
     source.check_toast(catalog, published, s.replica_identity_full)
-    control = ControlEvents(s.topic_prefix, s.output_format, registrar)
-    progress = state.CaptureState(s.broker, s.topic_prefix, s.kafka_config)
+    undo = Undo(s.postgres, admin, registrar)
+    with undo.on_failure():
+        control = ControlEvents(s.topic_prefix, s.output_format, registrar)
+    progress = undo.progress = state.CaptureState(s.broker, s.topic_prefix, s.kafka_config)
     progress.warm()
     if lost:
         slot_health.recover(s, admin, control, published)
     try:
-        _start_and_stream(s, catalog, stop, admin, registrar, publications, control, progress)
+        _start_and_stream(s, catalog, stop, undo, registrar, publications, control, progress)
     finally:
         progress.close()
 
 
-def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, admin: AdminClient,
+def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, undo: Undo,
                       registrar: Registrar | None, publications: Publications,
                       control: ControlEvents, progress: state.CaptureState) -> None:
-    undo = Undo(s.postgres, admin)
+    admin = undo.admin
     with undo.on_failure():
         topics.ensure_topics(admin, [progress.topic], config=s.topic_config, created=undo.topics)
         # Control events must outlive every table message they refer to: no time-based deletion.
@@ -94,11 +97,12 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, admin:
         tables.ownership = undo.ownership = state.TopicOwnership(
             progress, s.topic_prefix, s.slot, s.output_format)
         recorded = progress.read_all()
-        job = _resume_or_restart(s, catalog, recorded)
+        job = _resume_or_restart(s, catalog, recorded, admin)
         if job is not None or _slot_lsn(catalog, s.slot) is not None:
             # the slot exists: tables that join now are copied by the stream
             undo.publications += publications.create(with_tables=False)
             if job is not None:
+                undo.wrote(s.slot, recorded.get(s.slot))
                 try:
                     _plan(s, job, tables, publications)
                     log.info("resuming the snapshot of slot %s: %d chunks were copied before, "
@@ -111,6 +115,7 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, admin:
                     raise
         else:
             undo.publications += publications.create(with_tables=True)
+            undo.wrote(s.slot, recorded.get(s.slot))
             job = _new_slot(s, progress, tables, publications, undo)
     kafka_config = producer_config(s.kafka_config, s.topic_config)
     publisher = Publisher(s.broker, kafka_config, ErrorPolicy(on_error, s.broker, kafka_config))
@@ -146,11 +151,14 @@ class SnapshotJob:
         self.holder.close()
 
 
-def _resume_or_restart(s: CaptureSettings, catalog, recorded: dict) -> SnapshotJob | None:
+def _resume_or_restart(s: CaptureSettings, catalog, recorded: dict,
+                       admin: AdminClient) -> SnapshotJob | None:
     """An existing slot whose snapshot never completed: resume the snapshot when the record of
     it matches the slot, else drop the slot so it starts over."""
     mine = recorded.get(s.slot) or {}
     lsn = _slot_lsn(catalog, s.slot)
+    if lsn is not None and not mine:
+        raise _foreign_slot(s, admin)
     if lsn is None or mine.get("snapshot") != state.SNAPSHOT_STARTED:
         if lsn is not None:
             log.info("slot %s exists: resuming the stream where it left off", s.slot)
@@ -169,6 +177,31 @@ def _resume_or_restart(s: CaptureSettings, catalog, recorded: dict) -> SnapshotJ
     done = {key.split("/chunk/", 1)[1] for key, value in recorded.items()
             if key.startswith(f"{s.slot}/chunk/") and value.get("lsn") == lsn}
     return SnapshotJob(name, lsn, conn, dict(mine["layout"]), done)
+
+
+def _foreign_slot(s: CaptureSettings, admin: AdminClient) -> BottlerError:
+    """The slot exists but this prefix's progress records do not know it: it streams for another
+    --topic-prefix (or its records were lost). Resuming it here would start the topics without a
+    snapshot, holding only the rows changed from now on."""
+    states = admin.list_topics(timeout=10).topics
+    others = [prefix for prefix in _prefixes(states) if prefix != s.topic_prefix
+              and state.CaptureState(s.broker, prefix, s.kafka_config).read(s.slot)]
+    hint = ("run with the slot's own topic prefix, or give a new --slot (a new slot snapshots "
+            f"every table); `bottler slot drop --slot {s.slot}` removes the old slot")
+    if len(others) == 1:
+        return BottlerError(
+            f"slot {s.slot} was made for --topic-prefix {others[0]!r}, not {s.topic_prefix!r}: "
+            "resuming it would fill the new topics without a snapshot", hint)
+    return BottlerError(
+        f"slot {s.slot} exists, but the progress records of --topic-prefix {s.topic_prefix!r} "
+        f"({with_prefix(s.topic_prefix, STATE)}) do not know it: resuming it would fill the "
+        "topics without a snapshot", hint)
+
+
+def _prefixes(topics) -> list[str]:
+    """The prefixes whose captures keep progress records among ``topics``."""
+    return sorted(name.removesuffix(STATE).removesuffix(".") for name in topics
+                  if name == STATE or name.endswith("." + STATE))
 
 
 def _new_slot(s: CaptureSettings, progress: state.CaptureState, tables: Tables,

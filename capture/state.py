@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from capture import topics
+from capture.acks import RESUME, producer_failed
 from common.errors import BottlerError
+from common.kafka import client_config
 from schemas import ownership
 from schemas.topics import STATE, with_prefix
 
@@ -37,10 +39,9 @@ class CaptureState:
 
     def read_all(self) -> dict[str, dict]:
         """Every key's last recorded state, read from the start of the topic to its end."""
-        consumer = Consumer({
-            **self.extra, "bootstrap.servers": self.bootstrap,
-            "group.id": f"bottler-state-{uuid.uuid4().hex}", "enable.auto.commit": False,
-        })
+        consumer = Consumer(client_config(
+            {**self.extra, "bootstrap.servers": self.bootstrap},
+            **{"group.id": f"bottler-state-{uuid.uuid4().hex}", "enable.auto.commit": False}))
         try:
             state: dict[str, dict] = {}
             partition = TopicPartition(self.topic, 0, 0)
@@ -93,26 +94,30 @@ class CaptureState:
         its producer id (about 0.5 s here), which then happens while the capture does other
         work rather than before its slot is made."""
         if self._producer is None:
-            self._producer = Producer({**self.extra, "bootstrap.servers": self.bootstrap,
-                                       "enable.idempotence": True, "acks": "all"})
+            self._producer = Producer(client_config(
+                {**self.extra, "bootstrap.servers": self.bootstrap},
+                **{"enable.idempotence": True, "acks": "all"}))
             self._producer.poll(0)
 
     def _produce(self, states: dict[str, dict | None], wait: bool = True) -> None:
         self.warm()
         errors = self._errors
-        for key, state in states.items():
-            self._producer.produce(
-                self.topic, key=key.encode(),
-                value=None if state is None else json.dumps(state).encode(),
-                on_delivery=lambda err, _: errors.append(err) if err else None)
-        if not wait:
-            self._producer.poll(0)
-            return
-        if self._producer.flush(30) or errors:
+        try:
+            for key, state in states.items():
+                self._producer.produce(
+                    self.topic, key=key.encode(),
+                    value=None if state is None else json.dumps(state).encode(),
+                    on_delivery=lambda err, _: errors.append(err) if err else None)
+            if not wait:
+                self._producer.poll(0)
+                return
+            unacknowledged = self._producer.flush(30)
+        except KafkaException as exc:  # a fatal error (the broker lost the producer's state)
+            raise producer_failed(f"the producer of {self.topic}", exc.args[0].str()) from None
+        if unacknowledged or errors:
             raise BottlerError(
                 f"cannot record the capture state in {self.topic}: "
-                f"{errors[0].str() if errors else 'no acknowledgement'}"
-            )
+                f"{errors[0].str() if errors else 'no acknowledgement'}", RESUME)
 
 
 class TopicOwnership:

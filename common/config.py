@@ -207,7 +207,9 @@ class Settings(BaseSettings):
         sources = [_Source(settings_cls, init_settings), _Source(settings_cls, environment)]
         config_file = init_settings.init_kwargs.get("config_file")
         if config_file:
-            sources.append(_File(settings_cls, yaml_file=config_file))
+            # read as UTF-8 whatever the locale (checked so by _check_config_file)
+            sources.append(_File(settings_cls, yaml_file=config_file,
+                                 yaml_file_encoding="utf-8"))
         return tuple(sources)
 
     def check_clients(self) -> None:
@@ -451,11 +453,12 @@ def _context():
 def _check_config_file(path: Path) -> None:
     import yaml
 
-    if not path.is_file():
-        raise BottlerError(f"config file {path} not found", f"check --config (or {CONFIG_ENV})")
+    from common.files import read_text
+
+    text = read_text(path, "config file", f"check --config (or {CONFIG_ENV})")
     try:
-        content = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        content = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}" if where else ""
         raise BottlerError(f"config file {path} is not valid YAML{at}",

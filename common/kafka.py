@@ -2,12 +2,14 @@
 process makes before it starts, the consumer settings every reader of a backlog shares, and what
 a topic prefix may be."""
 
+import logging
 import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from common.errors import BottlerError
+from common.logs import RateLimited
 from common.redact import mask_properties
 
 # Where a process connects: the bootstrap servers, or librdkafka's properties (the settings'
@@ -15,12 +17,23 @@ from common.redact import mask_properties
 Connection = str | Mapping[str, str]
 
 
-def client_config(connection: Connection, **ours: Any) -> dict[str, Any]:
-    """A client's configuration: the connection's properties, then the client's own settings
-    (its group.id, isolation level...; they are what the client relies on)."""
-    base = ({"bootstrap.servers": connection} if isinstance(connection, str)
+# Where every client's librdkafka log lines go (its ``logger`` property): the project's logging,
+# each kind of line at most once a minute. A broker that is down makes each client log every
+# reconnect: about 190 raw lines a minute for a capture.
+LIBRDKAFKA_LOG = RateLimited(logging.getLogger("librdkafka"))
+
+
+def properties(connection: Connection) -> dict[str, str]:
+    """The connection's client properties, bootstrap.servers included."""
+    return ({"bootstrap.servers": connection} if isinstance(connection, str)
             else dict(connection))
-    return {**base, **ours}
+
+
+def client_config(connection: Connection, **ours: Any) -> dict[str, Any]:
+    """A client's configuration: the connection's properties, librdkafka's log lines into ours
+    (``LIBRDKAFKA_LOG``), then the client's own settings (its group.id, isolation level...;
+    they are what the client relies on). Every Kafka client is made from one."""
+    return {**properties(connection), "logger": LIBRDKAFKA_LOG, **ours}
 
 
 def servers(connection: Connection) -> str:

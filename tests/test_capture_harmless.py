@@ -3,12 +3,14 @@ during the capture or after it, and a start that fails leaves no publication, sl
 
 from __future__ import annotations
 
+import httpx
 import psycopg
 import psycopg2
 import psycopg2.extras
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from capture.state import CaptureState
 from common.errors import BottlerError
 from compose.procs import free_port
 from tests.support import execute, read_topic, rows, topic_state, wait_for, wait_streaming
@@ -57,8 +59,11 @@ def leftovers(stack, source, prefix) -> dict:
               .list_topics(timeout=10).topics if t.startswith(prefix)]
     slots = rows(source, f"select slot_name from pg_replication_slots "
                  f"where slot_name like '{prefix}%'")
+    # soft-deleted ones included: a subject deleted only softly still holds its versions
+    subjects = [s for s in httpx.get(f"{stack.registry_url}/subjects?deleted=true").json()
+                if s.startswith(prefix)]
     return {k: v for k, v in (("publications", list(publications(source))), ("slots", slots),
-                              ("topics", topics)) if v}
+                              ("topics", topics), ("subjects", sorted(subjects))) if v}
 
 
 @pytest.mark.parametrize(
@@ -172,10 +177,38 @@ def test_a_failed_start_keeps_what_existed_before(stack, source, prefix, start, 
     capture.stop()
     execute(source, f"select pg_drop_replication_slot('{prefix}')")
     before = leftovers(stack, source, prefix)
+    assert before["subjects"]  # the earlier run's: kept
+    records = CaptureState(stack.kafka, prefix).read_all()
     request.getfixturevalue("exhausted_wal_senders")
     error = start().wait_failed()
     assert "max_wal_senders" in str(error)
     assert leftovers(stack, source, prefix) == before
+    # the slot's progress record, rewritten by the start, has its earlier value back
+    assert CaptureState(stack.kafka, prefix).read_all() == records
+
+
+def test_a_new_topic_prefix_on_an_existing_slot_is_refused(stack, source, prefix, start):
+    """The slot streams for prefix P: a start with prefix Q on it would give Q's topics only
+    the rows changed from then on (issue 25). Refused in one line naming P; Q leaves nothing
+    behind, P's topics and the slot are intact."""
+    execute(source, "create table items (id int primary key)",
+            "insert into items select generate_series(1, 100)")
+    capture = start()
+    topic_state(stack, f"{prefix}.items", 100)
+    capture.stop()
+    before = publications(source)
+    other = f"{prefix}q"
+    error = start(topic_prefix=other).wait_failed()
+    assert isinstance(error, BottlerError), error
+    assert f"made for --topic-prefix '{prefix}', not '{other}'" in error.message, error
+    assert "--slot" in error.hint, error
+    assert leftovers(stack, source, other) == {"publications": list(before)}
+    assert publications(source) == before
+    assert rows(source, "select slot_name from pg_replication_slots") == [(prefix,)]
+    execute(source, "insert into items values (101)")
+    capture = start()  # the slot's own prefix: it resumes
+    topic_state(stack, f"{prefix}.items", 101)
+    capture.stop()
 
 
 def test_an_earlier_for_all_tables_publication_is_refused_with_the_fix(stack, source, prefix,

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from common.errors import BottlerError
 from materializers.core import dead_letters, metrics
@@ -93,6 +93,8 @@ class DeadLetters:
                 break
             except BufferError:
                 producer.poll(0.05)  # the local queue is full: let deliveries drain
+            except KafkaException as exc:  # a fatal error of the producer
+                raise self._failed(exc.args[0].str()) from None
         metrics.DEAD_LETTERS.labels(self.name, topic).inc()
 
     def flush(self) -> None:
@@ -100,12 +102,18 @@ class DeadLetters:
         counts as done); BottlerError if one was not."""
         if self._own is None:
             return
-        if self._own.flush(30) > 0:
-            self._failure = self._failure or "timed out"
+        try:
+            if self._own.flush(30) > 0:
+                self._failure = self._failure or "timed out"
+        except KafkaException as exc:  # a fatal error of the producer
+            self._failure = self._failure or exc.args[0].str()
         if self._failure is not None:
             failure, self._failure = self._failure, None
-            raise BottlerError(f"cannot write to {self.topic}: {failure}",
-                               "check the broker; the batch is replayed on restart")
+            raise self._failed(failure)
+
+    def _failed(self, reason: str) -> BottlerError:
+        return BottlerError(f"cannot write to {self.topic}: {reason}",
+                            "check the broker; the batch is replayed on restart")
 
     def close(self) -> None:
         with self._lock:

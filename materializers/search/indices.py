@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import quote
 
 from common.errors import BottlerError
+from common.files import read_text
 from materializers.core.changes import TopicPartition
 from materializers.search.client import SearchClient, SearchError
 from materializers.search.documents import TABLE_FIELD
@@ -50,11 +51,12 @@ def load_definition(path: Path | None) -> dict[str, Any]:
     index is created."""
     if path is None:
         return {}
+    example = "give a JSON file like {\"mappings\": {\"properties\": {…}}}"
+    text = read_text(Path(path), "the mapping file", example)
     try:
-        body = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise BottlerError(f"cannot read the mapping file {path}: {exc}",
-                           "give a JSON file like {\"mappings\": {\"properties\": {…}}}") from exc
+        body = json.loads(text)
+    except ValueError as exc:
+        raise BottlerError(f"the mapping file {path} is not valid JSON: {exc}", example) from None
     if not isinstance(body, dict):
         raise BottlerError(f"the mapping file {path} is not a JSON object")
     if "properties" in body and "mappings" not in body:

@@ -30,6 +30,8 @@ class WarehouseSettings(options.ViewSettings, MetricsSettings):
     topics: list[str] = []
     once: bool = False
     master: str = Field("local[2]", validation_alias=env("BOTTLER_SPARK_MASTER"))
+    # Loopback unless asked: the driver's ports take unauthenticated connections.
+    driver_host: str = Field("127.0.0.1", validation_alias=env("BOTTLER_SPARK_DRIVER_HOST"))
     max_messages: int = Field(1_000_000, ge=1)
     interval: float = Field(1.0, gt=0)
 
@@ -47,6 +49,9 @@ def materialize_warehouse(
     once: bool = options.once("Catch up to the current high watermarks, then exit."),
     master: str | None = option("--master", help="Spark master [default: local[2]] "
                                 "[env: BOTTLER_SPARK_MASTER]"),
+    driver_host: str | None = option("--driver-host", help="Address the Spark driver listens "
+                                     "on, for its executors [default: 127.0.0.1: this machine "
+                                     "only] [env: BOTTLER_SPARK_DRIVER_HOST]"),
     max_messages: int | None = option("--max-messages", help="Offsets per partition per "
                                       "micro-batch, at most [default: 1000000]"),
     interval: float | None = option("--interval", help="Seconds between micro-batches when "
@@ -68,7 +73,7 @@ def materialize_warehouse(
     logging.getLogger("py4j").setLevel(logging.WARNING)
     started = time.monotonic()
     try:
-        spark = spark_session(s.master)
+        spark = spark_session(s.master, driver_host=s.driver_host)
     except jvm.Stopped as stopped:
         log.info("warehouse %s", stopped)
         return

@@ -134,11 +134,47 @@ class DeltaWriter(Protocol):
         ...
 
 
+LOG = "_delta_log"
+FOREIGN_HINT = ("bottler writes only into Delta tables it made, and deletes none of your files: "
+                "move them away (or give --path a directory of its own), then run again")
+
+
 def open_table(path: Path | str) -> DeltaTable | None:
+    """The Delta table at ``path``; None where bottler may create one: nothing there, an empty
+    directory, or one it claimed (:func:`claim`) before its first commit landed. Anything else
+    is refused in one line, untouched: a file, a directory of other files, a table whose log
+    cannot be read."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise BottlerError(f"the warehouse table path {path} is a file, not a Delta table "
+                           "directory", FOREIGN_HINT)
+    if not (path / LOG).exists():
+        if path.is_dir() and (found := sorted(p.name for p in path.iterdir())):
+            shown = ", ".join(found[:3]) + (", …" if len(found) > 3 else "")
+            raise BottlerError(f"the warehouse table directory {path} holds files that are not "
+                               f"a Delta table ({shown})", FOREIGN_HINT)
+        return None
     try:
         return DeltaTable(str(path))
     except TableNotFoundError:
-        return None
+        return None  # claimed, its first commit not written yet (an empty log)
+    except BaseException as exc:  # delta-rs's errors, its panics (PanicException) too
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            raise
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise BottlerError(
+            f"the Delta table at {path} cannot be read ({reason})",
+            "bottler deletes none of its files: repair its _delta_log, or move the directory "
+            "away and run again, which rebuilds the table from the topics") from None
+
+
+def claim(path: Path) -> None:
+    """Mark ``path`` as a table bottler is making (an empty ``_delta_log``), before its first
+    commit: files a failed first write leaves are then known to be its own. A path that is not
+    free for a table is refused (see :func:`open_table`)."""
+    if not (path / LOG).exists():
+        open_table(path)
+        (path / LOG).mkdir(parents=True, exist_ok=True)
 
 
 def stored_offsets(table: DeltaTable, partitions: Iterable[TopicPartition]) -> dict:
@@ -176,7 +212,7 @@ class RustDeltaWriter:
         if table is None:
             if source is None or source.upserts == 0:
                 return False  # no row to give the table its columns
-            commit.path.mkdir(parents=True, exist_ok=True)
+            claim(commit.path)
             write_deltalake(str(commit.path),
                             source.reader(without_flag(source.schema), upserts_only=True),
                             mode="append", commit_properties=props)
@@ -338,6 +374,8 @@ class SparkDeltaWriter:
         table = open_table(commit.path)
         if table is None and (commit.source is None or commit.source.upserts == 0):
             return False
+        if table is None:
+            claim(commit.path)
         if len(commit.offsets) > 1:
             raise BottlerError(
                 f"{commit.path}: delta-spark records one transaction identifier per commit, "

@@ -48,6 +48,7 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
+from common.errors import BottlerError
 from common.kafka import Connection, client_config
 from common.registry import Registry
 from materializers.core import metrics, poison, positions, watermarks
@@ -68,20 +69,28 @@ log = logging.getLogger(__name__)
 # and the serial collector; its own work is small (the Python workers decode and stage).
 JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto"
 STOP_TIMEOUT = "10000"  # ms a stopped query waits for its batch (atomic commits, or replayed)
+DRIVER_HOST = "127.0.0.1"  # where the driver listens unless --driver-host says otherwise
 STAGING = "_bottler_staging"  # under the warehouse: each batch's staged rows, removed after it
 
 
-def spark_session(master: str = "local[2]", app: str = "bottler-warehouse"):
+def spark_session(master: str = "local[2]", app: str = "bottler-warehouse",
+                  driver_host: str = DRIVER_HOST):
     """A Spark session whose Python workers run this interpreter (so they import bottler), with
     the ``bottler_kafka`` data source registered. Its JVM dies with this process; SIGTERM or
     SIGINT during the start ends it and raises :class:`jvm.Stopped`; end the session with
-    :func:`jvm.stop`."""
+    :func:`jvm.stop`. The driver's RPC and block manager (unauthenticated) listen on
+    ``driver_host`` only: loopback unless asked (executors elsewhere need an address they reach);
+    Spark's own default is the machine's network address."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # the address Spark takes for this machine's (its other parts, its log): the driver's too
+    os.environ.setdefault("SPARK_LOCAL_IP", driver_host)
     from pyspark.sql import SparkSession
 
     builder = (SparkSession.builder.master(master).appName(app)
-               .config("spark.ui.enabled", "false")
+               .config("spark.driver.host", driver_host)
+               .config("spark.driver.bindAddress", driver_host)
+               .config("spark.ui.enabled", "false")  # a web UI nobody here looks at: no port
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.driver.memory", "2g")
@@ -200,6 +209,8 @@ class WarehouseJob:
         started = time.monotonic()
 
         def each(_frame: Any, batch_id: int) -> None:
+            if failure:
+                return  # a user's error ended the query, which is stopping (below)
             if batch_id == 0:
                 log.info("%s: streaming query's first batch %.1f s after its start", self.name,
                          time.monotonic() - started)
@@ -212,6 +223,11 @@ class WarehouseJob:
                     if (stop or threading.Event()).wait(1.0):
                         break
                     result = self.batch(ends)
+            except BottlerError as exc:
+                # the user's to fix, in one line: not raised through Spark's engine, which
+                # would log its Java and Python stack traces; the query is stopped below
+                failure.append(exc)
+                return
             except BaseException as exc:
                 failure.append(exc)
                 raise
@@ -226,9 +242,10 @@ class WarehouseJob:
                  .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())
         try:
             if stop is None:
-                query.awaitTermination()
+                while query.isActive and not failure:
+                    query.awaitTermination(0.2)
             else:
-                while query.isActive and not stop.wait(0.2):
+                while query.isActive and not failure and not stop.wait(0.2):
                     pass
         except Exception:
             if failure:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from common.kafka import Connection, client_config
+from common.kafka import Connection, properties
 from common.registry import Registry
 from materializers.warehouse.source import SCHEMA
 
@@ -42,7 +42,7 @@ def frame(spark: Any, bootstrap: Connection, registry: Registry, ranges: list[li
     client properties reach the connector's clients as its ``kafka.*`` options."""
     starting, ending = offsets(ranges)
     reader = spark.read.format("kafka")
-    for name, value in client_config(bootstrap).items():
+    for name, value in properties(bootstrap).items():
         reader = reader.option(f"kafka.{name}", value)
     raw = (reader.option("startingOffsets", starting).option("endingOffsets", ending)
            .option("failOnDataLoss", "false").load())

@@ -42,6 +42,7 @@ from materializers.warehouse.delta import (
     RustDeltaWriter,
     Source,
     _properties,
+    claim,
     open_table,
     stored_offsets,
 )
@@ -175,7 +176,7 @@ class DeltaSink:
         import pyarrow as pa
 
         path = self.root / OFFSETS_TABLE
-        path.mkdir(parents=True, exist_ok=True)
+        claim(path)
         empty = pa.table({"note": pa.array([], pa.string())})
         write_deltalake(str(path), empty, mode="append", commit_properties=_properties(offsets))
         self.commits += 1

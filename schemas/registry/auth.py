@@ -13,6 +13,7 @@ import hmac
 from pathlib import Path
 
 from common.errors import BottlerError
+from common.files import read_text
 
 REALM = "SchemaRegistry"
 
@@ -35,12 +36,9 @@ def load_users(path: Path | None, inline: str | None) -> dict[str, str]:
     """The users of a file and of the BOTTLER_REGISTRY_USERS text; empty: no authentication."""
     users = {}
     if path is not None:
-        try:
-            users |= parse_users(path.read_text(), str(path))
-        except OSError as exc:
-            raise BottlerError(f"cannot read the registry's users file {path}: "
-                               f"{exc.strerror or exc}",
-                               "check --users-file (BOTTLER_REGISTRY_USERS_FILE)") from None
+        text = read_text(path, "the registry's users file",
+                         "check --users-file (BOTTLER_REGISTRY_USERS_FILE)")
+        users |= parse_users(text, str(path))
     if inline:
         users |= parse_users(inline, "BOTTLER_REGISTRY_USERS")
     if (path is not None or inline) and not users:
