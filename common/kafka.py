@@ -107,6 +107,31 @@ def await_topics(admin, names, timeout: float = 30.0) -> None:
             time.sleep(0.05)
 
 
+def stable_ends(connection: Connection, partitions: list[tuple[str, int]],
+                timeout: float = 10.0) -> dict[tuple[str, int], int]:
+    """Each partition's last stable offset: where a read_committed reader's log ends now (the
+    first offset of the oldest transaction still open, else the high watermark). A reader that
+    waits for its end-of-partition event instead may wait for ever behind a busy transactional
+    writer, whose every fetch brings a little more."""
+    from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    if not partitions:
+        return {}
+    admin = AdminClient(client_config(connection))
+    asked = {TopicPartition(t, p): OffsetSpec.latest() for t, p in partitions}
+    try:
+        answers = admin.list_offsets(asked, isolation_level=IsolationLevel.READ_COMMITTED,
+                                     request_timeout=timeout)
+        return {(tp.topic, tp.partition): future.result().offset
+                for tp, future in answers.items()}
+    except KafkaException as exc:
+        topics = ", ".join(sorted({t for t, _ in partitions}))
+        raise BottlerError(f"cannot read the end offsets of {topics} from Kafka at "
+                           f"{servers(connection)}: {exc.args[0].str()}",
+                           "check that the broker is up, then start again") from None
+
+
 # Kafka's topic names: ASCII letters, digits, '.', '_' and '-', at most 249 characters. A
 # prefix is checked up front: a broker that takes another character still leaves names the
 # registry's URLs cannot carry (`<topic>-value` subjects).

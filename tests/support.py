@@ -117,27 +117,25 @@ def read_topic(bootstrap: str, topic: str) -> list:
 
 def read_committed(bootstrap: str, topic: str, isolation: str = "read_committed") -> list:
     """Every message of ``topic`` a consumer of that isolation level sees, up to the end it sees
-    now ([] if the topic does not exist): for read_committed, the last stable offset (the first
-    offset of a transaction still open, which a busy transactional writer always has), which
-    Kafka answers a ListOffsets request of that isolation level with. A partition is read once
-    the consumer's position reached it (past transaction markers and aborted messages) or it
-    said end of partition."""
-    from confluent_kafka import IsolationLevel
-    from confluent_kafka.admin import AdminClient, OffsetSpec
+    now ([] if the topic does not exist): for read_committed, the last stable offset (where the
+    oldest transaction still open begins: a busy transactional writer always has one), else the
+    high watermark. A partition is read once the consumer's position reached that end (past
+    transaction markers and aborted messages) or it said end of partition."""
+    from common.kafka import stable_ends
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    meta = admin.list_topics(timeout=10).topics.get(topic)
-    if meta is None:
-        return []
-    level = (IsolationLevel.READ_COMMITTED if isolation == "read_committed"
-             else IsolationLevel.READ_UNCOMMITTED)
-    ends = {tp.partition: future.result().offset for tp, future in admin.list_offsets(
-        {TopicPartition(topic, p): OffsetSpec.latest() for p in meta.partitions},
-        isolation_level=level, request_timeout=10).items()}
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex}",
                          "isolation.level": isolation, "enable.auto.commit": False,
                          "enable.partition.eof": True})
     try:
+        meta = consumer.list_topics(timeout=10).topics.get(topic)
+        if meta is None:
+            return []
+        if isolation == "read_committed":
+            ends = {p: end for (_, p), end in stable_ends(
+                bootstrap, [(topic, p) for p in meta.partitions]).items()}
+        else:
+            ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10,
+                                                      cached=False)[1] for p in meta.partitions}
         pending = {p for p, end in ends.items() if end > 0}
         consumer.assign([TopicPartition(topic, p, 0) for p in pending])
         messages = []

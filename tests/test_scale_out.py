@@ -5,7 +5,8 @@ once its session expires (``session.timeout.ms``, 10 s), then a new instance joi
 share; a truncate mid-way; every view ends equal to the source. Then the same for the
 translator: every business event once.
 
-Each test gives its views a consumer group of their own, as each test has a database of its own.
+Each test gives its views a consumer group of their own (the search view's is its index's), as
+each test has a database of its own.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bottler.migrate.verify import verify
 from bottler.status.groups import GroupReader
 from capture import topics
+from common.kafka import await_topics
 from compose.demo import seed
 from compose.load import run_load
 from materializers.search.client import SearchClient
@@ -47,6 +49,7 @@ def test_a_new_table_topic_takes_the_partitions_asked_for_and_an_existing_one_ke
         stack, prefix, caplog):
     admin = AdminClient({"bootstrap.servers": stack.kafka})
     admin.create_topics([NewTopic(f"{prefix}.old", num_partitions=2)])[f"{prefix}.old"].result()
+    await_topics(admin, [f"{prefix}.old"])
     with caplog.at_level(logging.WARNING, logger="capture.topics"):
         topics.ensure_topics(admin, [f"{prefix}.old", f"{prefix}.new"], partitions=4)
     counts = {t: len(m.partitions) for t, m in admin.list_topics(timeout=10).topics.items()
@@ -137,8 +140,7 @@ def test_two_instances_of_each_view_share_the_partitions_and_survive_a_kill_and_
         def args(name: str) -> list[str]:
             return (["postgres", "--target", target, *common, "--group-id", f"{prefix}-r"]
                     if name[0] == "r" else
-                    ["search", "--index", index, "--search", stack.search_url, *common,
-                     "--group-id", f"{prefix}-s"])
+                    ["search", "--index", index, "--search", stack.search_url, *common])
 
         def holding(name: str) -> None:
             wait_for(lambda: f"holds {prefix}." in logs[name].read_text(), 90,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from typing import Any
 
@@ -29,7 +30,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from common.errors import BottlerError
-from common.kafka import Connection, client_config
+from common.kafka import Connection, client_config, stable_ends
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +84,10 @@ class KeyedState:
 
     def restore(self, bootstrap: Connection, inputs: set[tuple[str, int]] | None = None,
                 merge: bool = False, timeout: float = 300) -> int:
-        """Read the changelog (read_committed) from the beginning to its end; the number of
-        records read. Call only once this translator's transactional producer is initialised:
-        then no transaction of ours is open and the end is the state of the committed offsets.
+        """Read the changelog (read_committed) from the beginning to its stable end as it is
+        now; the number of records read. Call only once this translator's transactional
+        producer is initialised: then no transaction of ours is open and the end is the state
+        of the committed offsets.
         ``inputs``: keep only the rows of these input partitions (and records that do not
         say theirs, written before records did); ``merge``: over the rows held, not afresh."""
         if not merge:
@@ -100,25 +102,35 @@ class KeyedState:
         try:
             metadata = consumer.list_topics(timeout=10).topics.get(self.changelog)
             partitions = sorted(metadata.partitions) if metadata else []
-            pending = set()
-            for p in partitions:
-                low, high = consumer.get_watermark_offsets(
-                    KafkaTopicPartition(self.changelog, p), timeout=10, cached=False)
-                if high > low:
-                    pending.add(p)
+            # to the stable end as it is now: what the committed offsets stand for is below
+            # it (see the docstring), and a busy writer in the group always moves it on
+            ends = {p: end for (_, p), end in stable_ends(
+                bootstrap, [(self.changelog, p) for p in partitions]).items()}
+            pending = {p for p, end in ends.items() if end > 0}
             consumer.assign([KafkaTopicPartition(self.changelog, p, OFFSET_BEGINNING)
                              for p in pending])
+            deadline = time.monotonic() + timeout
             while pending:
-                msg = consumer.poll(timeout)
+                msg = consumer.poll(1.0)
                 if msg is None:
-                    raise BottlerError(f"restoring the state from {self.changelog} timed out",
-                                       "check the broker")
+                    at = consumer.position([KafkaTopicPartition(self.changelog, p)
+                                            for p in pending])
+                    pending -= {tp.partition for tp in at if tp.offset >= ends[tp.partition]}
+                    if pending and time.monotonic() > deadline:
+                        raise BottlerError(f"restoring the state from {self.changelog} timed "
+                                           "out", "check the broker")
+                    continue
                 error = msg.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
                         pending.discard(msg.partition())
                         continue
                     raise KafkaException(error)
+                if msg.offset() >= ends[msg.partition()]:
+                    pending.discard(msg.partition())  # past the end it set out to read
+                    continue
+                if msg.offset() + 1 >= ends[msg.partition()]:
+                    pending.discard(msg.partition())
                 read += 1
                 headers = dict(msg.headers() or ())
                 if inputs is not None and PARTITION_HEADER in headers and (
