@@ -8,13 +8,13 @@ under `topic/<topic>`, each table topic the capture owns (TopicOwnership; schema
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from capture import topics
 from common.errors import BottlerError
+from common.kafka import reader_config
 from schemas import ownership
 from schemas.topics import STATE, with_prefix
 
@@ -37,10 +37,8 @@ class CaptureState:
 
     def read_all(self) -> dict[str, dict]:
         """Every key's last recorded state, read from the start of the topic to its end."""
-        consumer = Consumer({
-            **self.extra, "bootstrap.servers": self.bootstrap,
-            "group.id": f"bottler-state-{uuid.uuid4().hex}", "enable.auto.commit": False,
-        })
+        consumer = Consumer(reader_config({**self.extra, "bootstrap.servers": self.bootstrap},
+                                          "capture-state"))
         try:
             state: dict[str, dict] = {}
             partition = TopicPartition(self.topic, 0, 0)

@@ -4,6 +4,7 @@ a topic prefix may be."""
 
 import re
 import time
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +22,22 @@ def client_config(connection: Connection, **ours: Any) -> dict[str, Any]:
     base = ({"bootstrap.servers": connection} if isinstance(connection, str)
             else dict(connection))
     return {**base, **ours}
+
+
+# A reader that assigns itself its partitions (it joins no group and commits nothing) still needs
+# a group.id: confluent-kafka requires one, and librdkafka looks that group's coordinator up,
+# which a secured broker allows only to a principal with DESCRIBE on the group. Every such
+# reader's group begins with READER_GROUPS, so one ACL (groups of that prefix: DESCRIBE) serves
+# them all (docs/operations.md, "A secured broker"); the random rest keeps readers apart.
+READER_GROUPS = "bottler-reader-"
+
+
+def reader_config(connection: Connection, purpose: str, **ours: Any) -> dict[str, Any]:
+    """The configuration of a consumer that assigns itself its partitions, or only looks
+    (metadata, watermarks): a group of its own under READER_GROUPS, nothing committed."""
+    return client_config(connection, **{
+        "group.id": f"{READER_GROUPS}{purpose}-{uuid.uuid4().hex[:12]}",
+        "enable.auto.commit": False, **ours})
 
 
 def servers(connection: Connection) -> str:

@@ -28,7 +28,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from common.kafka import Connection, client_config, servers
+from common.kafka import Connection, client_config, reader_config, servers
 
 log = logging.getLogger(__name__)
 
@@ -191,11 +191,7 @@ class SchemaStore:
 
     def _replay(self) -> _State:
         state = _State()
-        consumer = Consumer({
-            **self._client_config(),
-            "group.id": "bottler-schema-registry",  # required by the client; nothing is committed
-            "enable.auto.commit": False,
-        })
+        consumer = Consumer(reader_config(self._client_config(), "schema-registry"))
         try:
             partition = TopicPartition(self.topic, 0)
             low, high = consumer.get_watermark_offsets(partition, timeout=self.timeout)
