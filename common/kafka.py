@@ -65,23 +65,46 @@ _HOPELESS = ("SSL", "SASL", "Authentication", "authentication", "handshake", "ce
              "Unsupported", "Disconnected while requesting ApiVersion")
 
 
+def client_failure(client: Any, errors: list, exc: Exception) -> Any:
+    """Why a client's request failed (a KafkaError): the client's own error, reported through
+    its ``error_cb`` into ``errors`` (a refused password, a failed TLS handshake), rather than
+    the request's bare "Broker transport failure". The callback runs only when the client is
+    polled: this polls it."""
+    from confluent_kafka import KafkaError
+
+    client.poll(0)
+    causes = [e for e in errors if e.code() != KafkaError._ALL_BROKERS_DOWN]
+    errors.clear()
+    return causes[-1] if causes else exc.args[0]
+
+
+def refused_credentials(connection: Connection, reason: str) -> BottlerError:
+    return BottlerError(
+        f"the Kafka broker at {servers(connection)} refused the credentials"
+        f"{properties_shown(connection)}: {reason}",
+        "check sasl.username and sasl.password (and sasl.mechanism) in the `kafka:` section of "
+        "the --config file (or BOTTLER_KAFKA_CONFIG)")
+
+
 def check_broker(connection: Connection, timeout: float = 10.0) -> None:
     """Fail in one line, within seconds, when the broker cannot be used with the connection's
-    properties (a TLS or SASL setting the broker does not speak fails at its first answer);
-    librdkafka itself would retry, and log, for ever."""
-    from confluent_kafka import KafkaException
+    properties (a TLS or SASL setting the broker does not speak, or a wrong password, fails at
+    its first answer); librdkafka itself would retry, and log, for ever."""
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
-    errors: list[str] = []
-    admin = AdminClient(client_config(connection, log_level=0,
-                                      error_cb=lambda e: errors.append(e.str())))
+    errors: list = []
+    admin = AdminClient(client_config(connection, log_level=0, error_cb=errors.append))
     deadline = time.monotonic() + timeout
     while True:
         try:
             admin.list_topics(timeout=1)
             return
         except KafkaException as exc:
-            reason = errors[-1] if errors else exc.args[0].str()
+            cause = client_failure(admin, errors, exc)
+        reason = cause.str()
+        if cause.code() == KafkaError._AUTHENTICATION:
+            raise refused_credentials(connection, reason)
         hopeless = any(word in reason for word in _HOPELESS)
         if hopeless or time.monotonic() >= deadline:
             raise BottlerError(

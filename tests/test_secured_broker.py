@@ -35,7 +35,7 @@ from compose.demo import seed
 from compose.procs import free_port
 from tests.secured_kafka import ADMIN, SecuredKafka, secured_kafka
 from tests.support import execute, fresh_database, rows, wait_for
-from tests.test_capture_errors import ROOT, bottler, clean_env
+from tests.test_capture_errors import ROOT, assert_clear_error, bottler, clean_env
 
 pytestmark = pytest.mark.stack
 
@@ -85,6 +85,19 @@ ACLS: dict[str, list[tuple]] = {
         (GROUP, TRANSLATOR_GROUP, LITERAL, [Op.READ]),
         READERS,
         (TXN, TRANSLATOR_GROUP, LITERAL, [Op.WRITE, Op.DESCRIBE]),
+    ],
+    # may make its control topics, and write table topics, but not create them
+    "limited": [
+        (TOPIC, "limited._bottler.", PREFIXED, [Op.CREATE, Op.DESCRIBE, Op.DESCRIBE_CONFIGS,
+                                                Op.READ, Op.WRITE, Op.DELETE]),
+        (TOPIC, "limited.", PREFIXED, [Op.DESCRIBE, Op.READ, Op.WRITE]),
+        READERS,
+    ],
+    # may see the capture's topics but not read them
+    "snoop": [
+        (TOPIC, f"{PREFIX}.", PREFIXED, [Op.DESCRIBE]),
+        (GROUP, "bottler-search-snooped", PREFIXED, [Op.READ]),
+        READERS,
     ],
     "status": [
         (TOPIC, f"{PREFIX}.", PREFIXED, [Op.DESCRIBE]),
@@ -244,10 +257,83 @@ def _views(estate: Estate, source: str, target: str, tmp_path: Path) -> None:
 
     ok(run(estate, "translate", TRANSLATOR, "--once", *prefix,
            "--config", str(estate.config("translator"))))
+    events = AdminClient(estate.kafka.client(ADMIN)).list_topics(timeout=10).topics
+    assert f"{PREFIX}.order-events" in events
 
     shown = ok(run(estate, "status", "--once",
                    "--config", str(estate.config("status", postgres=source))))
-    print(shown)
+    assert f"{PREFIX}.probe" in shown, shown
     shown = ok(run(estate, "migrate", "status", "-s", source, "--group", REPLICA_GROUP, *prefix,
                    "--config", str(replica)))
-    assert "caught up" in shown, shown
+    assert "caught up: yes" in shown, shown
+
+
+# -- a wrong password, a denied ACL ----------------------------------------------------------
+
+WRONG = "Wrong" + uuid.uuid4().hex[:10]
+
+
+def commands(source: str, target: str) -> dict[str, tuple[list[str], dict]]:
+    """A command of each principal, as in the test above, and its file's other settings."""
+    prefix = ["--topic-prefix", PREFIX]
+    return {
+        "capture": (["capture", "-s", "wrong_pw", "-p", PREFIX], {"postgres": source}),
+        "replica": (["materialize", "postgres", "-g", REPLICA_GROUP, "--once", *prefix],
+                    {"target": target}),
+        "search": (["materialize", "search", "--index", INDEX, "--once", *prefix], {}),
+        "translator": (["translate", TRANSLATOR, "--once", *prefix], {}),
+        "status": (["status", "--once"], {"postgres": source}),
+        "registry": (["registry", "serve", "--port", str(free_port())], {}),
+    }
+
+
+@pytest.mark.parametrize("user", ["capture", "replica", "search", "translator", "status",
+                                  "registry"])
+def test_a_wrong_password_is_one_clear_line(estate, source, user):
+    args, settings = commands(source, source)[user]
+    config = estate.config(user, password=WRONG, search=estate.search, **settings)
+    proc = run(estate, *args, "--config", str(config), timeout=120)
+    if user == "status":  # the dashboard shows what it can, and says what it cannot
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "Authentication failed" in proc.stdout and WRONG not in proc.stdout
+        return
+    assert_clear_error(proc, "refused the credentials", "Authentication failed",
+                       estate.kafka.bootstrap, "sasl.password=***", "sasl.username",
+                       secrets=(WRONG, *estate.passwords))
+    if user == "capture":
+        assert rows(source, "select slot_name from pg_replication_slots") == []
+        assert rows(source, "select pubname from pg_publication") == []
+
+
+def topics(estate: Estate) -> set[str]:
+    return set(AdminClient(estate.kafka.client(ADMIN)).list_topics(timeout=10).topics)
+
+
+def test_a_capture_refused_a_topic_leaves_nothing_behind(estate, source):
+    """`limited` may create its control topics but not its table topics: the start fails in
+    one line naming the topic and the operation, and undoes what it made (the control topics,
+    the publication, the slot)."""
+    execute(source, "create table probe (id int primary key, v text)",
+            "insert into probe values (1, 'one')")
+    before = topics(estate)
+    config = estate.config("limited", postgres=source)
+    proc = run(estate, "capture", "-s", "limited", "-p", "limited", "--config", str(config))
+    assert_clear_error(proc, "limited.probe", "create", "not allowed",
+                       secrets=estate.passwords)
+    assert topics(estate) == before
+    assert rows(source, "select slot_name from pg_replication_slots") == []
+    assert rows(source, "select pubname from pg_publication") == []
+
+
+def test_a_view_refused_its_group_says_so(estate, source):
+    config = estate.config("replica", target=source)
+    proc = run(estate, "materialize", "postgres", "-g", "someone-elses", "--once",
+               "--topic-prefix", PREFIX, "--config", str(config))
+    assert_clear_error(proc, "someone-elses", "group", "not allowed", secrets=estate.passwords)
+
+
+def test_a_view_refused_a_topic_says_so(estate, source):
+    config = estate.config("snoop", search=estate.search)
+    proc = run(estate, "materialize", "search", "--index", "snooped", "--topic",
+               f"{PREFIX}.probe", "--once", "--topic-prefix", PREFIX, "--config", str(config))
+    assert_clear_error(proc, f"{PREFIX}.probe", "read", "not allowed", secrets=estate.passwords)
