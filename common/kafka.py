@@ -86,6 +86,30 @@ def refused_credentials(connection: Connection, reason: str) -> BottlerError:
         "the --config file (or BOTTLER_KAFKA_CONFIG)")
 
 
+# Kafka's answers when an ACL forbids the request (librdkafka's codes): no retry mends them.
+_DENIED = {29: "topic", 30: "group", 31: "cluster", 53: "transactional id"}
+SECURED_DOC = "docs/operations.md, \"A secured broker\""
+
+
+def is_denied(error: Any) -> bool:
+    """Whether a KafkaError is the broker's refusal under its ACLs."""
+    return error is not None and error.code() in _DENIED
+
+
+def denied(connection: Connection | None, operation: str, resource: str,
+           error: Any) -> BottlerError:
+    """The one line for a request an ACL refused: who may not do what to which resource.
+    ``operation`` is Kafka's ACL operation (READ, WRITE, CREATE...), ``resource`` names it
+    ("topic shop.orders", "consumer group bottler-replica")."""
+    user = connection.get("sasl.username") if isinstance(connection, Mapping) else None
+    who = f"user {user}" if user else "this client's principal"
+    at = f" at {servers(connection)}" if connection else ""
+    return BottlerError(
+        f"Kafka{at} does not allow {who} to {operation} {resource}: {error.str()}",
+        f"grant {who} {operation} on {resource} (an ACL: the list per process is in "
+        f"{SECURED_DOC}), or use a principal that has it")
+
+
 def check_broker(connection: Connection, timeout: float = 10.0) -> None:
     """Fail in one line, within seconds, when the broker cannot be used with the connection's
     properties (a TLS or SASL setting the broker does not speak, or a wrong password, fails at
