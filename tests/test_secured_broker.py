@@ -236,6 +236,14 @@ def test_every_process_works_through_sasl_ssl_and_acls(estate, source, tmp_path)
     assert not any(p in text for p in estate.passwords)
     assert "Traceback" not in text, text
 
+    # retired by its own principal: its topics, subjects, slot and publication go
+    shown = ok(run(estate, "retire", "-s", slot, "-p", PREFIX, "--yes",
+                   "--config", str(capture_config)))
+    assert f"topic {PREFIX}.probe" in shown, shown
+    left = {t for t in topics(estate) if t.startswith(f"{PREFIX}.")}
+    assert left == {f"{PREFIX}.order-events"}, left  # the translator's, not the capture's
+    assert rows(source, "select slot_name from pg_replication_slots") == []
+
 
 def _views(estate: Estate, source: str, target: str, tmp_path: Path) -> None:
     prefix = ["--topic-prefix", PREFIX]
