@@ -66,8 +66,8 @@ ACLS: dict[str, list[tuple]] = {
         READERS,
     ],
     "capture": [
-        (TOPIC, f"{PREFIX}.", PREFIXED, [Op.CREATE, Op.DESCRIBE, Op.DESCRIBE_CONFIGS,
-                                         Op.ALTER_CONFIGS, Op.READ, Op.WRITE, Op.DELETE]),
+        (TOPIC, f"{PREFIX}.", PREFIXED, [Op.CREATE, Op.DESCRIBE, Op.READ, Op.WRITE,
+                                         Op.DELETE]),
         READERS,
     ],
     "replica": [
@@ -91,8 +91,8 @@ ACLS: dict[str, list[tuple]] = {
     ],
     # may make its control topics, and write table topics, but not create them
     "limited": [
-        (TOPIC, "limited._bottler.", PREFIXED, [Op.CREATE, Op.DESCRIBE, Op.DESCRIBE_CONFIGS,
-                                                Op.READ, Op.WRITE, Op.DELETE]),
+        (TOPIC, "limited._bottler.", PREFIXED, [Op.CREATE, Op.DESCRIBE, Op.READ, Op.WRITE,
+                                                Op.DELETE]),
         (TOPIC, "limited.", PREFIXED, [Op.DESCRIBE, Op.READ, Op.WRITE]),
         READERS,
     ],
