@@ -89,6 +89,10 @@ ACLS: dict[str, list[tuple]] = {
         READERS,
         (TXN, TRANSLATOR_GROUP, LITERAL, [Op.WRITE, Op.DESCRIBE]),
     ],
+    "warehouse": [
+        (TOPIC, f"{PREFIX}.", PREFIXED, [Op.DESCRIBE, Op.READ]),
+        READERS,
+    ],
     # may make its control topics, and write table topics, but not create them
     "limited": [
         (TOPIC, "limited._bottler.", PREFIXED, [Op.CREATE, Op.DESCRIBE, Op.READ, Op.WRITE,
@@ -225,7 +229,7 @@ def test_every_process_works_through_sasl_ssl_and_acls(estate, source, tmp_path)
         execute(source, "insert into probe values (51, 'streamed')")
         with fresh_database(estate.pg_dsn) as target:
             try:
-                _views(estate, source, target, tmp_path)
+                _views(estate, source, target, slot, tmp_path)
             except BaseException:
                 print(log.read_text()[-6000:])
                 raise
@@ -245,7 +249,7 @@ def test_every_process_works_through_sasl_ssl_and_acls(estate, source, tmp_path)
     assert rows(source, "select slot_name from pg_replication_slots") == []
 
 
-def _views(estate: Estate, source: str, target: str, tmp_path: Path) -> None:
+def _views(estate: Estate, source: str, target: str, slot: str, tmp_path: Path) -> None:
     prefix = ["--topic-prefix", PREFIX]
     replica = estate.config("replica", target=target)
 
@@ -274,9 +278,18 @@ def _views(estate: Estate, source: str, target: str, tmp_path: Path) -> None:
     shown = ok(run(estate, "status", "--once",
                    "--config", str(estate.config("status", postgres=source))))
     assert f"{PREFIX}.probe" in shown, shown
-    shown = ok(run(estate, "migrate", "status", "-s", source, "--group", REPLICA_GROUP, *prefix,
-                   "--config", str(replica)))
+    migrate = estate.config("replica", source=source, target=target)
+    shown = ok(run(estate, "migrate", "status", "--group", REPLICA_GROUP, *prefix,
+                   "--config", str(migrate)))
     assert "caught up: yes" in shown, shown
+    shown = ok(run(estate, "migrate", "cutover", "--group", REPLICA_GROUP, "--slot", slot,
+                   "--dry-run", *prefix, "--config", str(migrate)))
+    assert "verdict: ready" in shown, shown
+
+    shown = ok(run(estate, "materialize", "warehouse", "--path", str(tmp_path / "wh"), "--topic",
+                   f"{PREFIX}.probe", "--once", *prefix,
+                   "--config", str(estate.config("warehouse"))))
+    assert "51 changes" in shown, shown
 
 
 # -- a wrong password, a denied ACL ----------------------------------------------------------
