@@ -86,14 +86,17 @@ def refused_credentials(connection: Connection, reason: str) -> BottlerError:
         "the --config file (or BOTTLER_KAFKA_CONFIG)")
 
 
-# Kafka's answers when an ACL forbids the request (librdkafka's codes): no retry mends them.
-_DENIED = {29: "topic", 30: "group", 31: "cluster", 53: "transactional id"}
 SECURED_DOC = "docs/operations.md, \"A secured broker\""
 
 
 def is_denied(error: Any) -> bool:
-    """Whether a KafkaError is the broker's refusal under its ACLs."""
-    return error is not None and error.code() in _DENIED
+    """Whether a KafkaError is the broker's refusal under its ACLs (no retry mends it)."""
+    from confluent_kafka import KafkaError
+
+    return error is not None and error.code() in (
+        KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 
 
 def denied(connection: Connection | None, operation: str, resource: str,

@@ -140,6 +140,9 @@ class KafkaNode:
         return ""
 
     def _format(self, java: str, classpath: str) -> None:
+        # StorageTool takes SCRAM users on its command line only (`ps` shows them while it
+        # runs, a second or two): fit for a first admin user, the others are added through
+        # the admin API (AlterUserScramCredentials) once the node runs.
         users = [arg for name, password in self.scram_users.items()
                  for arg in ("--add-scram", f"SCRAM-SHA-512=[name={name},password={password}]")]
         done = subprocess.run(
@@ -148,8 +151,8 @@ class KafkaNode:
              "-t", self.cluster_id, "-c", str(self.properties), *users],
             capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
-            last = (done.stderr.strip() or done.stdout.strip()).splitlines()[-1:] or ["?"]
+            last = ((done.stderr.strip() or done.stdout.strip()).splitlines() or ["?"])[-1]
             for password in self.scram_users.values():
-                last = [last[0].replace(password, "***")]
-            raise BottlerError(f"formatting Kafka's storage in {self.data} failed: {last[0]}",
+                last = last.replace(password, "***")
+            raise BottlerError(f"formatting Kafka's storage in {self.data} failed: {last}",
                                "see the message; `bottler stack reset` starts afresh")

@@ -33,6 +33,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from common import gctune
+from common.errors import BottlerError
 from common.kafka import Connection, client_config, denied, is_denied
 from common.registry import Registry
 from materializers.core import metrics, poison, positions, watermarks
@@ -607,7 +608,7 @@ class Materializer:
                 raise self._denied(exc.args[0], None) from None
             log.warning("%s: committing consumer offsets failed: %s", self.name, exc)
 
-    def _denied(self, error: KafkaError, topic: str | None):
+    def _denied(self, error: KafkaError, topic: str | None) -> BottlerError:
         """A refusal under the broker's ACLs: reading a topic, or using the group."""
         if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED and topic:
             return denied(self.bootstrap, "READ", f"topic {topic}", error)
