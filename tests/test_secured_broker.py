@@ -370,3 +370,13 @@ def test_a_view_refused_a_topic_says_so(estate, source):
                "--once", "--topic-prefix", PREFIX, "--config", str(config))
     assert_clear_error(proc, f"does not allow user snoop to READ topic {topic}",
                        secrets=estate.passwords)
+
+
+def test_a_registry_refused_its_topic_says_so(estate):
+    """`nobody` has no ACL at all: the registry stops at its first request, naming it."""
+    proc = run(estate, "registry", "serve", "--port", str(free_port()), "--topic", "_schemas2",
+               "--config", str(estate.config("nobody")), timeout=120)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in output, output
+    assert "does not allow user nobody to CREATE topic _schemas2" in output, output
+    assert "_schemas2" not in topics(estate)

@@ -28,7 +28,14 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from common.kafka import Connection, client_config, reader_config, servers
+from common.kafka import (
+    Connection,
+    client_config,
+    denied,
+    is_denied,
+    reader_config,
+    servers,
+)
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +155,11 @@ class SchemaStore:
     def _unreachable(self, what: str, cause: object) -> StoreError:
         if isinstance(cause, KafkaException):
             cause = cause.args[0]
+        if is_denied(cause):  # the broker's ACLs, not its reachability
+            operation = {"create": "CREATE", "describe": "DESCRIBE_CONFIGS", "read": "READ",
+                         "write to": "WRITE"}[what]
+            refused = denied(self.bootstrap, operation, f"topic {self.topic}", cause)
+            return StoreError(f"{refused.message}; {refused.hint}")
         if isinstance(cause, KafkaError):
             cause = cause.str()  # KafkaError cannot be formatted directly
         elif isinstance(cause, TimeoutError):
