@@ -187,12 +187,24 @@ class SchemaStore:
         except Exception as exc:  # timeouts surface as concurrent.futures errors
             raise self._unreachable("create", exc) from exc
         # A wrong existing topic would silently lose schemas (deletion) or reorder them.
-        try:
-            config = admin.describe_configs([ConfigResource("topic", self.topic)])
-            policy = next(iter(config.values())).result(timeout=self.timeout)["cleanup.policy"]
-            partitions = admin.list_topics(self.topic, timeout=self.timeout).topics[self.topic]
-        except Exception as exc:
-            raise self._unreachable("describe", exc) from exc
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                config = admin.describe_configs([ConfigResource("topic", self.topic)])
+                policy = next(iter(config.values())).result(
+                    timeout=self.timeout)["cleanup.policy"]
+                partitions = admin.list_topics(self.topic,
+                                               timeout=self.timeout).topics[self.topic]
+                break
+            except KafkaException as exc:
+                # a topic just created: Kafka's broker learns of it a moment after its
+                # controller made it
+                if (exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART
+                        or time.monotonic() > deadline):
+                    raise self._unreachable("describe", exc) from exc
+                time.sleep(0.1)
+            except Exception as exc:
+                raise self._unreachable("describe", exc) from exc
         if policy.value != "compact" or len(partitions.partitions) != 1:
             raise StoreError(
                 f"topic {self.topic!r} on {servers(self.bootstrap)} must have "
