@@ -50,54 +50,50 @@ INDEX = "secured-probe"  # the search view's alias; its physical indices are IND
 SEARCH_GROUPS = f"bottler-search-{INDEX}"  # each physical index's group
 SCHEMAS = "_schemas"
 
-TOPIC, GROUP, TXN, CLUSTER = (ResourceType.TOPIC, ResourceType.GROUP,
-                              ResourceType.TRANSACTIONAL_ID, ResourceType.BROKER)
+TOPIC, GROUP, TXN = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID
 LITERAL, PREFIXED = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
 Op = AclOperation
 # Every reader that assigns itself its partitions: its group's coordinator (common/kafka.py).
 READERS = (GROUP, READER_GROUPS, PREFIXED, [Op.DESCRIBE])
 
 # What each principal may do: (resource type, name, pattern, operations). docs/operations.md
-# lists the same, with the reasons.
+# lists the same, with the reasons. Kafka's READ, WRITE and DELETE imply DESCRIBE.
 ACLS: dict[str, list[tuple]] = {
     "registry": [
-        (TOPIC, SCHEMAS, LITERAL, [Op.CREATE, Op.DESCRIBE, Op.DESCRIBE_CONFIGS, Op.READ,
-                                   Op.WRITE]),
+        (TOPIC, SCHEMAS, LITERAL, [Op.CREATE, Op.DESCRIBE_CONFIGS, Op.READ, Op.WRITE]),
         READERS,
     ],
     "capture": [
-        (TOPIC, f"{PREFIX}.", PREFIXED, [Op.CREATE, Op.DESCRIBE, Op.READ, Op.WRITE,
-                                         Op.DELETE]),
+        (TOPIC, f"{PREFIX}.", PREFIXED, [Op.CREATE, Op.READ, Op.WRITE, Op.DELETE]),
         READERS,
     ],
     "replica": [
-        (TOPIC, f"{PREFIX}.", PREFIXED, [Op.DESCRIBE, Op.READ]),
+        (TOPIC, f"{PREFIX}.", PREFIXED, [Op.READ]),
         (GROUP, REPLICA_GROUP, LITERAL, [Op.READ]),
         READERS,
     ],
     "search": [
-        (TOPIC, f"{PREFIX}.", PREFIXED, [Op.DESCRIBE, Op.READ]),
+        (TOPIC, f"{PREFIX}.", PREFIXED, [Op.READ]),
         (GROUP, SEARCH_GROUPS, PREFIXED, [Op.READ]),
         READERS,
     ],
     "translator": [
-        (TOPIC, f"{PREFIX}.", PREFIXED, [Op.DESCRIBE, Op.READ]),
+        (TOPIC, f"{PREFIX}.", PREFIXED, [Op.READ]),
         (TOPIC, f"{PREFIX}.order-events", LITERAL, [Op.CREATE, Op.WRITE]),
         (TOPIC, f"{PREFIX}._bottler.state.{TRANSLATOR_GROUP}", LITERAL, [Op.CREATE, Op.WRITE]),
         (TOPIC, f"{PREFIX}._bottler.dead-letter", LITERAL, [Op.CREATE, Op.WRITE]),
         (GROUP, TRANSLATOR_GROUP, LITERAL, [Op.READ]),
+        (TXN, TRANSLATOR_GROUP, LITERAL, [Op.WRITE]),
         READERS,
-        (TXN, TRANSLATOR_GROUP, LITERAL, [Op.WRITE, Op.DESCRIBE]),
     ],
     "warehouse": [
-        (TOPIC, f"{PREFIX}.", PREFIXED, [Op.DESCRIBE, Op.READ]),
+        (TOPIC, f"{PREFIX}.", PREFIXED, [Op.READ]),
         READERS,
     ],
     # may make its control topics, and write table topics, but not create them
     "limited": [
-        (TOPIC, "limited._bottler.", PREFIXED, [Op.CREATE, Op.DESCRIBE, Op.READ, Op.WRITE,
-                                                Op.DELETE]),
-        (TOPIC, "limited.", PREFIXED, [Op.DESCRIBE, Op.READ, Op.WRITE]),
+        (TOPIC, "limited._bottler.", PREFIXED, [Op.CREATE, Op.READ, Op.WRITE, Op.DELETE]),
+        (TOPIC, "limited.", PREFIXED, [Op.READ, Op.WRITE]),
         READERS,
     ],
     # may see the capture's topics but not read them
