@@ -376,3 +376,16 @@ def test_a_registry_refused_its_topic_says_so(estate):
     assert proc.returncode != 0 and "Traceback" not in output, output
     assert "does not allow user nobody to CREATE topic _schemas2" in output, output
     assert "_schemas2" not in topics(estate)
+
+
+def test_a_translator_refused_its_state_topic_says_so(estate):
+    """Another group id than its ACLs name: its state changelog may not be created."""
+    inputs = f"{PREFIX}.orders"  # the capture's, when the first test ran; else made here
+    admin = AdminClient(estate.kafka.client(ADMIN))
+    if inputs not in topics(estate):
+        admin.create_topics([NewTopic(inputs, 1)])[inputs].result(timeout=30)
+    group = f"{PREFIX}.elsewhere"
+    proc = run(estate, "translate", TRANSLATOR, "--once", "--topic-prefix", PREFIX,
+               "--group-id", group, "--config", str(estate.config("translator")))
+    assert_clear_error(proc, "does not allow user translator to CREATE topic "
+                       f"{PREFIX}._bottler.state.{group}", secrets=estate.passwords)
