@@ -8,7 +8,6 @@ under `topic/<topic>`, each table topic the capture owns (TopicOwnership; schema
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -16,7 +15,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from capture import topics
 from capture.acks import RESUME, producer_failed
 from common.errors import BottlerError
-from common.kafka import client_config
+from common.kafka import client_config, reader_config
 from schemas import ownership
 from schemas.topics import STATE, with_prefix
 
@@ -39,9 +38,8 @@ class CaptureState:
 
     def read_all(self) -> dict[str, dict]:
         """Every key's last recorded state, read from the start of the topic to its end."""
-        consumer = Consumer(client_config(
-            {**self.extra, "bootstrap.servers": self.bootstrap},
-            **{"group.id": f"bottler-state-{uuid.uuid4().hex}", "enable.auto.commit": False}))
+        consumer = Consumer(reader_config({**self.extra, "bootstrap.servers": self.bootstrap},
+                                          "capture-state"))
         try:
             state: dict[str, dict] = {}
             partition = TopicPartition(self.topic, 0, 0)

@@ -37,7 +37,7 @@ from confluent_kafka.admin import (
 )
 
 from common.errors import BottlerError
-from common.kafka import await_topics
+from common.kafka import await_topics, denied, is_denied
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,9 @@ def ensure_topics(
             if created is not None:
                 created.append(topic)
         except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            if is_denied(exc.args[0]):
+                failure = failure or denied(None, "CREATE", f"topic {topic}", exc.args[0])
+            elif exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 failure = failure or BottlerError(
                     f"cannot create topic {topic}: {exc.args[0].str()}",
                     "check the broker's permissions and the -T topic settings",
@@ -103,6 +105,9 @@ def _alter_configs(admin: AdminClient, names: list[str], config: dict[str, str])
         described = admin.describe_configs([ConfigResource("topic", t) for t in names])
         current = {r.name: f.result(timeout=30) for r, f in described.items()}
     except KafkaException as exc:
+        if is_denied(exc.args[0]):
+            raise denied(None, "DESCRIBE_CONFIGS", f"topics {', '.join(names)}",
+                         exc.args[0]) from None
         raise BottlerError(f"cannot read the settings of topics {', '.join(names)}: "
                            f"{exc.args[0].str()}", "check the broker and its permissions") from None
     changes = []
@@ -122,6 +127,9 @@ def _alter_configs(admin: AdminClient, names: list[str], config: dict[str, str])
         try:
             future.result(timeout=30)
         except KafkaException as exc:
+            if is_denied(exc.args[0]):
+                raise denied(None, "ALTER_CONFIGS", f"topic {resource.name}",
+                             exc.args[0]) from None
             raise BottlerError(
                 f"cannot change the settings of topic {resource.name}: {exc.args[0].str()}",
                 "check the -T topic settings and the broker's permissions (AlterConfigs)",

@@ -5,6 +5,7 @@ a topic prefix may be."""
 import logging
 import re
 import time
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,6 +37,22 @@ def client_config(connection: Connection, **ours: Any) -> dict[str, Any]:
     return {**properties(connection), "logger": LIBRDKAFKA_LOG, **ours}
 
 
+# A reader that assigns itself its partitions (it joins no group and commits nothing) still needs
+# a group.id: confluent-kafka requires one, and librdkafka looks that group's coordinator up,
+# which a secured broker allows only to a principal with DESCRIBE on the group. Every such
+# reader's group begins with READER_GROUPS, so one ACL (groups of that prefix: DESCRIBE) serves
+# them all (docs/operations.md, "A secured broker"); the random rest keeps readers apart.
+READER_GROUPS = "bottler-reader-"
+
+
+def reader_config(connection: Connection, purpose: str, **ours: Any) -> dict[str, Any]:
+    """The configuration of a consumer that assigns itself its partitions, or only looks
+    (metadata, watermarks): a group of its own under READER_GROUPS, nothing committed."""
+    return client_config(connection, **{
+        "group.id": f"{READER_GROUPS}{purpose}-{uuid.uuid4().hex[:12]}",
+        "enable.auto.commit": False, **ours})
+
+
 def servers(connection: Connection) -> str:
     """The bootstrap servers of a connection, fit to show."""
     return connection if isinstance(connection, str) else connection.get("bootstrap.servers", "")
@@ -61,23 +78,73 @@ _HOPELESS = ("SSL", "SASL", "Authentication", "authentication", "handshake", "ce
              "Unsupported", "Disconnected while requesting ApiVersion")
 
 
+def client_failure(client: Any, errors: list, exc: Exception) -> Any:
+    """Why a client's request failed (a KafkaError): the client's own error, reported through
+    its ``error_cb`` into ``errors`` (a refused password, a failed TLS handshake), rather than
+    the request's bare "Broker transport failure". The callback runs only when the client is
+    polled: this polls it."""
+    from confluent_kafka import KafkaError
+
+    client.poll(0)
+    causes = [e for e in errors if e.code() != KafkaError._ALL_BROKERS_DOWN]
+    errors.clear()
+    return causes[-1] if causes else exc.args[0]
+
+
+def refused_credentials(connection: Connection, reason: str) -> BottlerError:
+    return BottlerError(
+        f"the Kafka broker at {servers(connection)} refused the credentials"
+        f"{properties_shown(connection)}: {reason}",
+        "check sasl.username and sasl.password (and sasl.mechanism) in the `kafka:` section of "
+        "the --config file (or BOTTLER_KAFKA_CONFIG)")
+
+
+SECURED_DOC = "docs/operations.md, \"A secured broker\""
+
+
+def is_denied(error: Any) -> bool:
+    """Whether a KafkaError is the broker's refusal under its ACLs (no retry mends it)."""
+    from confluent_kafka import KafkaError
+
+    return error is not None and error.code() in (
+        KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+
+
+def denied(connection: Connection | None, operation: str, resource: str,
+           error: Any) -> BottlerError:
+    """The one line for a request an ACL refused: who may not do what to which resource.
+    ``operation`` is Kafka's ACL operation (READ, WRITE, CREATE...), ``resource`` names it
+    ("topic shop.orders", "consumer group bottler-replica")."""
+    user = connection.get("sasl.username") if isinstance(connection, Mapping) else None
+    who = f"user {user}" if user else "this client's principal"
+    at = f" at {servers(connection)}" if connection else ""
+    return BottlerError(
+        f"Kafka{at} does not allow {who} to {operation} {resource}: {error.str()}",
+        f"grant {who} {operation} on {resource} (an ACL: the list per process is in "
+        f"{SECURED_DOC}), or use a principal that has it")
+
+
 def check_broker(connection: Connection, timeout: float = 10.0) -> None:
     """Fail in one line, within seconds, when the broker cannot be used with the connection's
-    properties (a TLS or SASL setting the broker does not speak fails at its first answer);
-    librdkafka itself would retry, and log, for ever."""
-    from confluent_kafka import KafkaException
+    properties (a TLS or SASL setting the broker does not speak, or a wrong password, fails at
+    its first answer); librdkafka itself would retry, and log, for ever."""
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
-    errors: list[str] = []
-    admin = AdminClient(client_config(connection, log_level=0,
-                                      error_cb=lambda e: errors.append(e.str())))
+    errors: list = []
+    admin = AdminClient(client_config(connection, log_level=0, error_cb=errors.append))
     deadline = time.monotonic() + timeout
     while True:
         try:
             admin.list_topics(timeout=1)
             return
         except KafkaException as exc:
-            reason = errors[-1] if errors else exc.args[0].str()
+            cause = client_failure(admin, errors, exc)
+        reason = cause.str()
+        if cause.code() == KafkaError._AUTHENTICATION:
+            raise refused_credentials(connection, reason)
         hopeless = any(word in reason for word in _HOPELESS)
         if hopeless or time.monotonic() >= deadline:
             raise BottlerError(

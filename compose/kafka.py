@@ -73,16 +73,22 @@ def new_cluster_id() -> str:
 
 class KafkaNode:
     """The node's files under ``<stack>/kafka``: its settings, its log4j configuration and its
-    data directory, formatted once for the stack's cluster id."""
+    data directory, formatted once for the stack's cluster id.
+
+    ``settings`` are added to (or replace) the single node's; ``scram_users`` (name: password)
+    are SCRAM-SHA-512 users written into the metadata when the storage is formatted: a broker
+    whose clients all authenticate needs its first (super) user before it starts."""
 
     def __init__(self, stack: Path, port: int, controller_port: int, cluster_id: str,
-                 settings: dict[str, str] | None = None):
+                 settings: dict[str, str] | None = None,
+                 scram_users: dict[str, str] | None = None):
         self.home = stack / "kafka"
         self.data = self.home / "data"
         self.port = port
         self.controller_port = controller_port
         self.cluster_id = cluster_id
         self.extra = settings or {}
+        self.scram_users = scram_users or {}
 
     @property
     def properties(self) -> Path:
@@ -138,12 +144,19 @@ class KafkaNode:
         return ""
 
     def _format(self, java: str, classpath: str) -> None:
+        # StorageTool takes SCRAM users on its command line only (`ps` shows them while it
+        # runs, a second or two): fit for a first admin user, the others are added through
+        # the admin API (AlterUserScramCredentials) once the node runs.
+        users = [arg for name, password in self.scram_users.items()
+                 for arg in ("--add-scram", f"SCRAM-SHA-512=[name={name},password={password}]")]
         done = subprocess.run(
             [java, "-Xmx256m", f"-Dlog4j2.configurationFile={self.log4j}", "-cp", classpath,
              "kafka.tools.StorageTool", "format", "--ignore-formatted",
-             "-t", self.cluster_id, "-c", str(self.properties)],
+             "-t", self.cluster_id, "-c", str(self.properties), *users],
             capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
-            last = (done.stderr.strip() or done.stdout.strip()).splitlines()[-1:] or ["?"]
-            raise BottlerError(f"formatting Kafka's storage in {self.data} failed: {last[0]}",
+            last = ((done.stderr.strip() or done.stdout.strip()).splitlines() or ["?"])[-1]
+            for password in self.scram_users.values():
+                last = last.replace(password, "***")
+            raise BottlerError(f"formatting Kafka's storage in {self.data} failed: {last}",
                                "see the message; `bottler stack reset` starts afresh")

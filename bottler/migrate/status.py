@@ -9,7 +9,6 @@ replica's lag in messages.
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field
 
 import psycopg
@@ -18,7 +17,7 @@ from psycopg import sql
 
 from bottler.migrate.catalog import parse_table, user_tables
 from common.errors import BottlerError
-from common.kafka import Connection, client_config, servers
+from common.kafka import Connection, reader_config, servers
 from common.pg import connect
 from common.redact import redact
 from materializers.postgres import DEFAULT_GROUP
@@ -92,9 +91,9 @@ def _partitioned(conn: psycopg.Connection, schema: str, table: str) -> bool:
 
 def watermarks(broker: Connection, topics: set[str]) -> dict[str, dict[int, tuple[int, int]]]:
     """topic -> partition -> (low, high) for each of ``topics`` that exists."""
-    consumer = Consumer({**client_config(broker), "group.id": f"bottler-status-{uuid.uuid4()}",
-                         "enable.auto.commit": False, "socket.timeout.ms": 10000,
-                         "log_level": 0})  # unreachable brokers: one error, not a log per retry
+    # log_level 0: an unreachable broker makes one error, not a log line per retry
+    consumer = Consumer(reader_config(broker, "migrate-status", **{
+        "socket.timeout.ms": 10000, "log_level": 0}))
     try:
         # All topics at once: asking for one by name could make the broker auto-create it.
         metadata = consumer.list_topics(timeout=10).topics

@@ -8,7 +8,7 @@ from confluent_kafka.admin import AdminClient
 
 from bottler.status.figures import Instance, Unavailable
 from bottler.status.topics import HIDDEN_PREFIXES
-from common.kafka import Connection, client_config
+from common.kafka import Connection, client_config, described
 
 
 class GroupReader:
@@ -25,10 +25,10 @@ class GroupReader:
             names = sorted(g.group_id for g in listed.valid)
             if not names:
                 return []
-            described = self._admin.describe_consumer_groups(
+            descriptions = self._admin.describe_consumer_groups(
                 names, request_timeout=self.timeout)
             instances = []
-            for name, future in sorted(described.items()):
+            for name, future in sorted(descriptions.items()):
                 for member in future.result().members:
                     held: dict[str, list[int]] = {}
                     assignment = member.assignment.topic_partitions if member.assignment else []
@@ -42,5 +42,5 @@ class GroupReader:
                             {t: sorted(p) for t, p in sorted(held.items())}))
         except KafkaException as exc:
             reason = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else exc
-            raise Unavailable(f"Kafka at {self.bootstrap}: {reason}") from None
+            raise Unavailable(f"Kafka at {described(self.bootstrap)}: {reason}") from None
         return instances

@@ -6,7 +6,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from bottler.status.figures import Topic, Unavailable
-from common.kafka import Connection, client_config, described
+from common.kafka import Connection, client_config, client_failure, described
 
 # The broker's own topics and the schema registry's: not the appliance's business.
 HIDDEN_PREFIXES = ("__", "_schemas")
@@ -20,9 +20,9 @@ class TopicReader:
         self.bootstrap = bootstrap
         self.timeout = timeout
         # log_level 0: librdkafka's reconnect messages would scroll through the live view.
-        self._errors: list[str] = []  # the client's own, more telling than a timeout
+        self._errors: list = []  # the client's own, more telling than a timeout
         self._admin = AdminClient({**client_config(bootstrap), "log_level": 0,
-                                   "error_cb": lambda e: self._errors.append(e.str())})
+                                   "error_cb": self._errors.append})
 
     def read(self) -> list[Topic]:
         try:
@@ -37,10 +37,8 @@ class TopicReader:
                 for tp, future in futures.items():
                     messages[tp.topic] += max(future.result().offset, 0)
         except KafkaException as exc:
-            reason = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else exc
-            if self._errors:
-                reason = self._errors[-1]
-                self._errors.clear()
+            cause = client_failure(self._admin, self._errors, exc)
+            reason = cause.str() if hasattr(cause, "str") else cause
             raise Unavailable(f"Kafka at {described(self.bootstrap)}: {reason}") from None
         return [Topic(name, len(shown[name].partitions), messages[name])
                 for name in sorted(shown)]

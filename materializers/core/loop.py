@@ -33,7 +33,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from common import gctune
-from common.kafka import Connection, client_config
+from common.errors import BottlerError
+from common.kafka import Connection, client_config, denied, is_denied
 from common.registry import Registry
 from materializers.core import metrics, poison, positions, watermarks
 from materializers.core.changes import Change, TableId, TopicPartition, table_of
@@ -453,7 +454,7 @@ class Materializer:
         for msg in messages:
             error = msg.error()
             if error is not None:
-                self._kafka_error(error)
+                self._kafka_error(error, msg.topic())
                 continue
             tp = (msg.topic(), msg.partition())
             offset = msg.offset()
@@ -603,13 +604,26 @@ class Materializer:
         try:
             self._consumer.commit(offsets=assigned, asynchronous=asynchronous)
         except KafkaException as exc:  # the data and (where kept) offsets are durable
+            if is_denied(exc.args[0]):
+                raise self._denied(exc.args[0], None) from None
             log.warning("%s: committing consumer offsets failed: %s", self.name, exc)
+
+    def _denied(self, error: KafkaError, topic: str | None) -> BottlerError:
+        """A refusal under the broker's ACLs: reading a topic, or using the group."""
+        if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED and topic:
+            return denied(self.bootstrap, "READ", f"topic {topic}", error)
+        if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            return denied(self.bootstrap, "READ", f"consumer group {self.group_id}", error)
+        return denied(self.bootstrap, "READ", "the topics and the consumer group "
+                      f"{self.group_id}", error)
 
     # -- lag and progress ---------------------------------------------------------------
 
-    def _kafka_error(self, error: KafkaError) -> None:
+    def _kafka_error(self, error: KafkaError, topic: str | None = None) -> None:
         if error.fatal():
             raise KafkaException(error)
+        if is_denied(error):
+            raise self._denied(error, topic)
         if error.code() in (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART):
             log.debug("%s: %s", self.name, error.str())
         else:

@@ -14,12 +14,11 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from collections.abc import Collection
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from common.kafka import Connection, client_config
+from common.kafka import Connection, reader_config
 from schemas import ownership
 from schemas.topics import STATE, with_prefix
 
@@ -104,10 +103,9 @@ class OwnedTopics:
 
     def _client(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer(client_config(
-                self.bootstrap, **{"group.id": f"bottler-ownership-{uuid.uuid4().hex}",
-                                   "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                                   "enable.partition.eof": False}))
+            self._consumer = Consumer(reader_config(
+                self.bootstrap, "ownership", **{"auto.offset.reset": "earliest",
+                                                "enable.partition.eof": False}))
         return self._consumer
 
     def _read(self) -> None:

@@ -43,7 +43,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from common import seedlock
 from common.errors import BottlerError
-from common.kafka import Connection, client_config
+from common.kafka import Connection, reader_config
 from common.pg import connect
 from common.redact import redact
 from materializers.core.changes import TableId, table_of
@@ -211,8 +211,7 @@ class Seeder:
 
     def _consumer(self) -> Consumer:
         """A consumer that only looks (watermarks, metadata, the capture's records)."""
-        return Consumer(client_config(self.bootstrap, **{
-            "enable.auto.commit": False, "group.id": f"bottler-seed-{uuid.uuid4().hex}"}))
+        return Consumer(reader_config(self.bootstrap, "seed"))
 
     def _capture_ready(self, consumer: Consumer, topic: str) -> bool:
         """Reads the capture's records (from where the last look ended); a snapshot starting

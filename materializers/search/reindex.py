@@ -27,7 +27,7 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from common.errors import BottlerError
-from common.kafka import Connection, client_config
+from common.kafka import Connection, reader_config
 from materializers.search import indices
 from materializers.search.client import SearchClient
 from materializers.search.reader import ReaderOptions
@@ -166,8 +166,7 @@ def status(client: SearchClient, alias: str, bootstrap: Connection) -> list[Inde
     store = indices.OffsetStore(client)
     found = indices.versions(client, alias)
     rows = []
-    consumer = Consumer({**client_config(bootstrap), "group.id": "bottler-search-status",
-                         "enable.auto.commit": False})
+    consumer = Consumer(reader_config(bootstrap, "search-status"))
     try:
         for name in sorted(found, key=found.get):
             doc = store.get(name)

@@ -44,7 +44,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from common.errors import BottlerError
-from common.kafka import Connection, await_topics, client_config
+from common.kafka import Connection, await_topics, client_config, denied, is_denied
 from common.registry import Registry, registry_client
 from materializers.core import dead_letters, positions, watermarks
 from materializers.core import metrics as core_metrics
@@ -323,6 +323,9 @@ class TranslatorRunner:
             try:
                 future.result(timeout=30)
             except KafkaException as exc:
+                if is_denied(exc.args[0]):
+                    raise denied(self.bootstrap, "CREATE", f"topic {topic}",
+                                 exc.args[0]) from None
                 if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise BottlerError(f"cannot create topic {topic}: {exc.args[0].str()}",
                                        "check the broker") from None
@@ -355,6 +358,8 @@ class TranslatorRunner:
                 messages.append(msg)
             elif error.fatal():
                 raise KafkaException(error)
+            elif is_denied(error):
+                raise self._denied(error, msg.topic())
             elif error.code() != KafkaError._PARTITION_EOF:
                 log.warning("%s: %s", self.group_id, error.str())
         if messages:
@@ -406,6 +411,9 @@ class TranslatorRunner:
         except KafkaException as exc:
             error = exc.args[0]
             self.state.discard()
+            if is_denied(error):
+                self._abort_quietly(producer)
+                raise self._denied(error, None) from None
             if not error.txn_requires_abort():
                 raise BottlerError(f"{self.group_id}: Kafka transaction failed: {error.str()}",
                                    "the translator resumes from its last committed batch "
@@ -429,6 +437,18 @@ class TranslatorRunner:
             metrics.EVENTS.labels(self.group_id, topic).inc(n)
         if self.translator.keep_previous:
             metrics.STATE_ROWS.labels(self.group_id).set(len(self.state))
+
+    def _denied(self, error: KafkaError, topic: str | None) -> BottlerError:
+        """A refusal under the broker's ACLs, named by what it refused."""
+        if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED and topic:
+            return denied(self.bootstrap, "READ", f"topic {topic}", error)
+        if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            return denied(self.bootstrap, "READ", f"consumer group {self.group_id}", error)
+        if error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            return denied(self.bootstrap, "WRITE",
+                          f"transactional id {self._producer_config['transactional.id']}", error)
+        written = ", ".join([*self.outputs.values(), self.changelog, self.dead_letter_topic])
+        return denied(self.bootstrap, "WRITE", f"topics {written}", error)
 
     def _commit(self, producer: Producer) -> None:
         for attempt in range(5):

@@ -23,14 +23,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from common.errors import BottlerError
-from common.kafka import Connection, client_config, stable_ends
+from common.kafka import Connection, reader_config, stable_ends
 
 log = logging.getLogger(__name__)
 
@@ -93,11 +92,8 @@ class KeyedState:
         if not merge:
             self._rows.clear()
         self._staged.clear()
-        consumer = Consumer({
-            **client_config(bootstrap), "group.id": f"bottler-restore-{uuid.uuid4().hex}",
-            "isolation.level": "read_committed", "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        })
+        consumer = Consumer(reader_config(bootstrap, "translator-state", **{
+            "isolation.level": "read_committed", "enable.partition.eof": True}))
         read = 0
         try:
             metadata = consumer.list_topics(timeout=10).topics.get(self.changelog)

@@ -49,7 +49,7 @@ from typing import Any
 from confluent_kafka import Consumer
 
 from common.errors import BottlerError
-from common.kafka import Connection, client_config
+from common.kafka import Connection, reader_config
 from common.registry import Registry
 from materializers.core import metrics, poison, positions, watermarks
 from materializers.core.changes import Change, TopicPartition, table_of
@@ -163,8 +163,7 @@ class WarehouseJob:
         self._owned = OwnedTopics(bootstrap, prefix, name) if self.topics is None else None
         self._is_table_topic = self._owned or table_topics(prefix, self.topics)
         self.decoder = decoder(registry)
-        self._consumer = Consumer({**client_config(bootstrap),
-                                   "group.id": "bottler-warehouse-planner"})
+        self._consumer = Consumer(reader_config(bootstrap, "warehouse-planner"))
         self._positions: dict[TopicPartition, int] = {}  # as flushed by this job
         self._connector: bool | None = None  # Spark's Kafka connector on the classpath
 

@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from common.kafka import Connection, client_config
+from common.kafka import Connection, reader_config
 from common.registry import Registry
 from materializers.core.decode import DecodeError, Decoder
 
@@ -62,9 +62,8 @@ def read_range(bootstrap: Connection, topic: str, partition: int, start: int,
     the partition's high watermark must have reached (compaction may leave gaps)."""
     if start >= end:
         return
-    consumer = Consumer({**client_config(bootstrap), "group.id": "bottler-warehouse-ranges",
-                         "enable.auto.commit": False, "enable.partition.eof": True,
-                         "fetch.max.bytes": 64 << 20})
+    consumer = Consumer(reader_config(bootstrap, "warehouse-ranges", **{
+        "enable.partition.eof": True, "fetch.max.bytes": 64 << 20}))
     try:
         consumer.assign([KafkaTopicPartition(topic, partition, start)])
         last = time.monotonic()

@@ -29,7 +29,7 @@ from confluent_kafka import Consumer
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
 
-from common.kafka import client_config
+from common.kafka import reader_config
 from materializers.core import watermarks
 from materializers.core.changes import TopicPartition
 
@@ -72,8 +72,7 @@ class Marks(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _latest(self) -> dict[str, int] | None:
         if self._consumer is None:
-            self._consumer = Consumer({**client_config(self.bootstrap),
-                                       "group.id": "bottler-warehouse-planner"})
+            self._consumer = Consumer(reader_config(self.bootstrap, "warehouse-planner"))
         marks = watermarks.read(self._consumer, self.discover(self._consumer), "warehouse")
         return None if marks is None else {key(tp): high for tp, (_, high) in marks.items()}
 

@@ -28,7 +28,15 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from common.kafka import Connection, await_topics, client_config, servers
+from common.kafka import (
+    Connection,
+    await_topics,
+    client_config,
+    denied,
+    is_denied,
+    reader_config,
+    servers,
+)
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +156,11 @@ class SchemaStore:
     def _unreachable(self, what: str, cause: object) -> StoreError:
         if isinstance(cause, KafkaException):
             cause = cause.args[0]
+        if is_denied(cause):  # the broker's ACLs, not its reachability
+            operation = {"create": "CREATE", "describe": "DESCRIBE_CONFIGS", "read": "READ",
+                         "write to": "WRITE"}[what]
+            refused = denied(self.bootstrap, operation, f"topic {self.topic}", cause)
+            return StoreError(f"{refused.message}; {refused.hint}")
         if isinstance(cause, KafkaError):
             cause = cause.str()  # KafkaError cannot be formatted directly
         elif isinstance(cause, TimeoutError):
@@ -176,12 +189,24 @@ class SchemaStore:
         except Exception as exc:  # timeouts surface as concurrent.futures errors
             raise self._unreachable("create", exc) from exc
         # A wrong existing topic would silently lose schemas (deletion) or reorder them.
-        try:
-            config = admin.describe_configs([ConfigResource("topic", self.topic)])
-            policy = next(iter(config.values())).result(timeout=self.timeout)["cleanup.policy"]
-            partitions = admin.list_topics(self.topic, timeout=self.timeout).topics[self.topic]
-        except Exception as exc:
-            raise self._unreachable("describe", exc) from exc
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                config = admin.describe_configs([ConfigResource("topic", self.topic)])
+                policy = next(iter(config.values())).result(
+                    timeout=self.timeout)["cleanup.policy"]
+                partitions = admin.list_topics(self.topic,
+                                               timeout=self.timeout).topics[self.topic]
+                break
+            except KafkaException as exc:
+                # a topic just created: Kafka's broker learns of it a moment after its
+                # controller made it
+                if (exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART
+                        or time.monotonic() > deadline):
+                    raise self._unreachable("describe", exc) from exc
+                time.sleep(0.1)
+            except Exception as exc:
+                raise self._unreachable("describe", exc) from exc
         if policy.value != "compact" or len(partitions.partitions) != 1:
             raise StoreError(
                 f"topic {self.topic!r} on {servers(self.bootstrap)} must have "
@@ -192,11 +217,7 @@ class SchemaStore:
 
     def _replay(self) -> _State:
         state = _State()
-        consumer = Consumer({
-            **self._client_config(),
-            "group.id": "bottler-schema-registry",  # required by the client; nothing is committed
-            "enable.auto.commit": False,
-        })
+        consumer = Consumer(reader_config(self._client_config(), "schema-registry"))
         try:
             partition = TopicPartition(self.topic, 0)
             low, high = consumer.get_watermark_offsets(partition, timeout=self.timeout)
