@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
 
-from common.kafka import reader_config
+from common.kafka import client_config, reader_config
 from materializers.core import watermarks
 from materializers.core.changes import TopicPartition
 
@@ -73,7 +74,8 @@ class Marks(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _latest(self) -> dict[str, int] | None:
         if self._consumer is None:
             self._consumer = Consumer(reader_config(self.bootstrap, "warehouse-planner"))
-        marks = watermarks.read(self._consumer, self.discover(self._consumer), "warehouse")
+            self._admin = AdminClient(client_config(self.bootstrap))
+        marks = watermarks.read(self._admin, self.discover(self._consumer), "warehouse")
         return None if marks is None else {key(tp): high for tp, (_, high) in marks.items()}
 
     def initialOffset(self) -> dict:  # noqa: N802 - pyspark's names
