@@ -115,6 +115,7 @@ class IncrementalSnapshots:
         self._closing: list[tuple[str, dict | None]] = []  # records of the open transaction
         self._unconfirmed: deque[tuple[int, str, dict | None]] = deque()  # (lsn, key, state)
         self._conn: psycopg.Connection | None = None
+        self._paused_until = 0.0  # a chunk met columns the stream has not described yet
 
     # -- requests ---------------------------------------------------------------------------
     def load(self) -> None:
@@ -195,7 +196,8 @@ class IncrementalSnapshots:
     # -- the stream's hooks -------------------------------------------------------------------
     def due(self) -> bool:
         """A chunk may be read (the stream is between transactions)."""
-        return bool(self.queue) and self.window is None
+        return (bool(self.queue) and self.window is None
+                and time.monotonic() >= self._paused_until)
 
     def read_chunk(self) -> None:
         """Low watermark, the chunk (in a snapshot), high watermark."""
@@ -211,8 +213,17 @@ class IncrementalSnapshots:
             gone = "it is gone (dropped?)"
         except UnkeyedTable:
             window, gone = None, "it has no key any more (and --allow-unkeyed is off)"
+        except psycopg.errors.UndefinedColumn as exc:
+            # DDL the stream has not described yet (a rename): its Relation message, or the
+            # catalog's drift check, brings the new columns, and the snapshot starts over then
+            conn.execute("rollback")
+            log.info("incremental snapshot of %s waits for its new columns: %s", request.table,
+                     str(exc).splitlines()[0])
+            self._paused_until = time.monotonic() + 1.0
+            return
         finally:
-            conn.execute("commit")
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.execute("commit")
         if window is None:
             log.warning("the incremental snapshot of %s ends: %s", request.table, gone)
             self._finish(request, durable=True)

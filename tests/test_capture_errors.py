@@ -46,8 +46,10 @@ insert into secret values (1, '4111 1111 1111 1111');
 # -- helpers ---------------------------------------------------------------------------------
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """The environment for a child `bottler`: nothing of the caller's BOTTLER_* settings."""
+    """The environment for a child `bottler`: nothing of the caller's BOTTLER_* settings, nor
+    the developer's `make up` stack in the checkout (`.stack`, which `status` would read)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("BOTTLER_")}
+    env["BOTTLER_STACK_DIR"] = "/nonexistent/bottler-tests-have-no-stack-here"
     for bare in ("POSTGRES", "BROKER", "SCHEMA_REGISTRY"):
         env.pop(bare, None)
         env.pop(bare.lower(), None)

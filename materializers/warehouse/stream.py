@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, KafkaException
 from confluent_kafka.admin import AdminClient
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
@@ -33,6 +34,8 @@ from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailab
 from common.kafka import client_config, reader_config
 from materializers.core import watermarks
 from materializers.core.changes import TopicPartition
+
+log = logging.getLogger(__name__)
 
 _names = itertools.count()
 
@@ -75,7 +78,12 @@ class Marks(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._consumer is None:
             self._consumer = Consumer(reader_config(self.bootstrap, "warehouse-planner"))
             self._admin = AdminClient(client_config(self.bootstrap))
-        marks = watermarks.read(self._admin, self.discover(self._consumer), "warehouse")
+        try:
+            partitions = self.discover(self._consumer)
+        except KafkaException as exc:  # the broker restarting: as for its watermarks, a pause
+            log.warning("warehouse: topics unknown for now: %s", exc.args[0].str())
+            return None
+        marks = watermarks.read(self._admin, partitions, "warehouse")
         return None if marks is None else {key(tp): high for tp, (_, high) in marks.items()}
 
     def initialOffset(self) -> dict:  # noqa: N802 - pyspark's names

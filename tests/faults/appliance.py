@@ -4,6 +4,7 @@ supervision ended (as systemd or Kubernetes would), and the faults themselves.""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -74,7 +75,8 @@ class Faults:
             pid = supervision.pid if supervision else None
             if pid is None:
                 return  # already down: the supervisor is on it
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # it died meanwhile, on its own
+                os.kill(pid, signal.SIGKILL)
             while pid_alive(pid):
                 time.sleep(0.05)
         kill_9.__name__ = f"kill -9 {app}"
