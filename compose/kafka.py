@@ -5,6 +5,7 @@ machine; docs/stack.md explains each one."""
 from __future__ import annotations
 
 import base64
+import re
 import subprocess
 import uuid
 from pathlib import Path
@@ -113,23 +114,30 @@ class KafkaNode:
         return [java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={self.log4j}",
                 "-cp", classpath, "kafka.Kafka", str(self.properties)]
 
-    def prepare(self) -> list[str]:
-        """Write the node's settings, format its storage if it is new, and return the command
-        that runs it. A data directory formatted for another cluster is refused, not reused."""
+    def check(self) -> tuple[str, str]:
+        """Refuse what would keep the node from starting, before anything of the stack starts:
+        no Java 17, no jars (fetched here if missing), a data directory formatted for another
+        cluster (refused, not reused). Returns the java binary and the classpath."""
         java, classpath = jars.java(), jars.classpath("kafka")
-        self.home.mkdir(parents=True, exist_ok=True)
-        self.properties.write_text(
-            "".join(f"{key}={value}\n" for key, value in self.settings().items()))
-        self.log4j.write_text(LOG4J)
         formatted = self.formatted_for()
-        if formatted is None:
-            self._format(java, classpath)
-        elif formatted != self.cluster_id:
+        if formatted is not None and formatted != self.cluster_id:
             raise BottlerError(
                 f"Kafka's data directory {self.data} was formatted for cluster {formatted}, "
                 f"not this stack's ({self.cluster_id})",
                 "move that directory away, or `bottler stack reset` to start afresh (this "
                 "deletes the stack's data)")
+        return java, classpath
+
+    def prepare(self) -> list[str]:
+        """Write the node's settings, format its storage if it is new, and return the command
+        that runs it."""
+        java, classpath = self.check()
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.properties.write_text(
+            "".join(f"{key}={value}\n" for key, value in self.settings().items()))
+        self.log4j.write_text(LOG4J)
+        if self.formatted_for() is None:
+            self._format(java, classpath)
         return self.argv(java, classpath)
 
     def formatted_for(self) -> str | None:
@@ -155,8 +163,24 @@ class KafkaNode:
              "-t", self.cluster_id, "-c", str(self.properties), *users],
             capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
+            if missing := missing_jar(done.stdout + done.stderr):
+                raise missing
             last = ((done.stderr.strip() or done.stdout.strip()).splitlines() or ["?"])[-1]
             for password in self.scram_users.values():
                 last = last.replace(password, "***")
             raise BottlerError(f"formatting Kafka's storage in {self.data} failed: {last}",
                                "see the message; `bottler stack reset` starts afresh")
+
+
+def missing_jar(output: str) -> BottlerError | None:
+    """What a JVM's output says when a jar of Kafka's classpath is missing (a class it cannot
+    load: a screenful of stack trace), as one line; None when it says nothing of the kind."""
+    found = re.search(r"(?:ClassNotFoundException|NoClassDefFoundError|load main class)"
+                      r":? ([\w.$/]+)", output)
+    if not found:
+        return None
+    where = jars.profile_dir("kafka")
+    return BottlerError(
+        f"Kafka's jars in {where} are incomplete: class {found[1].replace('/', '.')} is missing",
+        f"delete that directory (rm -r {where}) and run `make deps` (or `python -m "
+        "compose.jars kafka`) to fetch them again")

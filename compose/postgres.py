@@ -72,6 +72,12 @@ class PostgresCluster:
             )
         return True
 
+    def check(self) -> None:
+        """Refuse, before the stack starts anything, what would keep the cluster from
+        starting: no server binaries, a data directory that is not one."""
+        find_bin_dir()
+        self.initialized()
+
     def running_pid(self) -> int | None:
         return PidFile(self.data / "postmaster.pid", "postgres").running_pid()
 

@@ -5,6 +5,7 @@ when it fails."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,8 +15,9 @@ import httpx
 
 from common import extras
 from common.errors import BottlerError
+from common.redact import redact
 from compose import supervise
-from compose.kafka import KafkaNode
+from compose.kafka import KafkaNode, missing_jar
 from compose.procs import MARK, PidFile, end_marked, port_answers, spawn, terminate, wait_until
 from compose.supervise import State
 
@@ -50,6 +52,11 @@ class Service:
     # run before each start (not a supervisor's restart): prepares the service's files and
     # returns its command, which may depend on them (a JVM's classpath, say)
     prepare: Callable[[], list[str]] | None = None
+    # run by `stack up` before it starts anything: refuses what would keep this service from
+    # starting (no Java, say), so that a refused start leaves nothing running
+    check: Callable[[], object] | None = None
+    # given the log of a start that failed, the error that says why in one line, if it knows
+    explain: Callable[[str], BottlerError | None] | None = None
 
     @property
     def state_file(self) -> Path:
@@ -76,6 +83,7 @@ class Service:
             self.state_file.parent.mkdir(parents=True, exist_ok=True)
             self.state_file.unlink(missing_ok=True)  # a previous run's
             argv = supervise.command(self.name, argv, self.stack, self.state_file, self.log)
+        logged = self.log.stat().st_size if self.log.exists() else 0  # what earlier runs said
         proc = spawn(argv, self.log, env={**os.environ, **(self.env or {}), MARK: self.mark})
         PidFile(self.pidfile, self.marker).write(proc.pid)
 
@@ -87,14 +95,32 @@ class Service:
             state = State.read(self.state_file) if self.supervised else None
             return state.last_exit if state and state.restarts else None
 
-        wait_until(lambda: failed_at_start() or self.ready(), self.start_timeout, self.name,
-                   self.log)
+        try:
+            wait_until(lambda: failed_at_start() or self.ready(), self.start_timeout,
+                       self.name, self.log)
+        except BottlerError:  # not ready in time: nothing is left running
+            self.stop()
+            raise self._failure(f"did not become ready within {self.start_timeout:.0f}s",
+                                logged) from None
         if ended := failed_at_start():
             self.stop()
-            lines = self.log.read_text(errors="replace").strip().splitlines()
-            tail = [line for line in lines if not line.startswith(supervise.PREFIX)][-3:]
-            raise BottlerError(f"{self.name} exited at start ({ended}): " + " / ".join(tail),
-                               f"see {self.log}")
+            raise self._failure(f"exited at start ({ended})", logged)
+
+    def _failure(self, what: str, logged: int) -> BottlerError:
+        """The error of a start that failed, in one line: what its log says past ``logged``
+        bytes (those of earlier runs), its last error, else its last warning (a process that
+        hangs on something it waits for), else its last lines."""
+        with open(self.log, "rb") as log:
+            log.seek(logged)
+            text = log.read().decode(errors="replace")
+        if self.explain and (known := self.explain(text)):
+            return known
+        said = (supervise.last_error_line(self.log, logged)
+                or supervise.last_error_line(self.log, logged, supervise.WARNING_LINE)
+                or redact(" / ".join(line for line in text.strip().splitlines()[-3:]
+                                     if not line.startswith(supervise.PREFIX)))[:300])
+        said = re.sub(r"^\[[^]]*\d\] ", "", said)  # Kafka's timestamp says nothing here
+        return BottlerError(f"{self.name} {what}: {said}", f"see {self.log}")
 
     def stop(self) -> int:
         """Stop the process gracefully, then end what it left (a child it did not stop, one
@@ -140,6 +166,8 @@ def broker(root: Path, port: int, controller_port: int, cluster_id: str) -> Serv
         name="broker",
         argv=[],  # node.prepare() writes the settings, formats the storage and says
         prepare=node.prepare,
+        check=node.check,
+        explain=missing_jar,
         marker="kafka.Kafka",
         ready=kafka_ready(port),
         pidfile=root / "run" / "broker.pid",

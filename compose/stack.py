@@ -214,12 +214,18 @@ class Stack:
         self.root.chmod(0o755)  # the postgres system user must traverse it when we are root
         self._save_state()
         self._starter.write(os.getpid())
+        started: list[str] = []
         try:
-            outcome = self._start(self.ORDER)
+            self._check(self.ORDER + tuple(self.processes()))
+            outcome = self._start(self.ORDER, started)
             self._write_env()
             if demo:  # before the apps, so the capture's snapshot has the shop
                 seed(self.endpoints.pg_dsn)
-            return outcome | self._start(tuple(self.processes()))
+            return outcome | self._start(tuple(self.processes()), started)
+        except BottlerError:  # a failed start undoes what it started
+            for name in reversed(started):
+                self.part(name).stop()
+            raise
         finally:
             self._starter.clear()
 
@@ -245,13 +251,25 @@ class Stack:
             if name not in self.SCALABLE and name not in self.instance_ports:
                 self.instance_ports[name] = free_port()
 
-    def _start(self, names: tuple[str, ...]) -> dict[str, str]:
+    def _check(self, names: tuple[str, ...]) -> None:
+        """Refuse, before anything starts, what would keep a part that is not running from
+        starting: a port in use, no Java for the broker, a data directory not its own."""
+        for name in names:
+            part = self.part(name)
+            if part.running_pid() is None:
+                self._check_port(name)
+                if check := getattr(part, "check", None):
+                    check()
+
+    def _start(self, names: tuple[str, ...], started: list[str]) -> dict[str, str]:
+        """Start those of ``names`` not running, adding each to ``started``."""
         outcome = {}
         for name in names:
             if self.part(name).running_pid() is not None:
                 outcome[name] = "already running"
                 continue
             self._check_port(name)
+            started.append(name)
             if name == "postgres":
                 pg = self.postgres
                 if not pg.initialized():

@@ -45,6 +45,8 @@ TAIL = 64 * 1024  # how much of the log's end is searched for the error line
 ERROR_LINE = re.compile(
     r"^error:|\b(ERROR|CRITICAL|FATAL)\b|^[A-Za-z_][\w.]*(Error|Exception)\b|panicked at")
 TRACEBACK = "Traceback (most recent call last):"
+# what a process that hangs (waiting for something) says, when it says no error
+WARNING_LINE = re.compile(r"\bWARN(ING)?\b")
 
 
 def hold_file(stack: Path) -> Path:
@@ -75,8 +77,9 @@ def describe(returncode: int) -> str:
     return f"exit code {returncode}"
 
 
-def last_error_line(log: Path, since: int) -> str | None:
-    """The last line of ``log`` past byte ``since`` that reads as an error (masked, shortened)."""
+def last_error_line(log: Path, since: int, pattern: re.Pattern = ERROR_LINE) -> str | None:
+    """The last line of ``log`` past byte ``since`` that reads as an error (masked, shortened);
+    or as a warning, given ``WARNING_LINE``."""
     try:
         with open(log, "rb") as f:
             end = f.seek(0, os.SEEK_END)
@@ -93,7 +96,7 @@ def last_error_line(log: Path, since: int) -> str | None:
         elif traceback:  # the frames are indented; the exception's line is not
             if not line[0].isspace():
                 found, traceback = line, False
-        elif ERROR_LINE.search(line):
+        elif pattern.search(line):
             found = line
     return redact(found.strip())[:300] if found else None
 
