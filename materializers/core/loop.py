@@ -31,7 +31,6 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient
 
 from common import gctune
 from common.errors import BottlerError
@@ -213,7 +212,7 @@ class Materializer:
         self.tracker.revoke(self.tracker.partitions)  # lag() keeps its last value until here
         self.caught_up.clear()
         self._consumer = Consumer(self._consumer_config)
-        self._admin = AdminClient(client_config(self.bootstrap))  # watermarks (watermarks.py)
+        self._marks = watermarks.Reader(self.bootstrap)
         self._background = ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}-apply")
         self._gave_back = False
         self._next_discovery = 0.0
@@ -638,7 +637,7 @@ class Materializer:
             return
         self._moved_elsewhere()
         gone: set[str] = set()
-        marks = watermarks.read(self._admin, self.tracker.partitions, self.name, gone)
+        marks = watermarks.read(self._marks, self.tracker.partitions, self.name, gone)
         # in a group, the group's own rebalance takes a deleted topic's partitions away
         for tp in watermarks.drop_vanished(self._consumer, gone, self._assigned, self.name,
                                            unassign=not self.join_group):

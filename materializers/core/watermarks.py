@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from common.kafka import Connection, client_config
 from materializers.core.changes import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,26 @@ Watermarks = dict[TopicPartition, tuple[int, int]]
 """``(topic, partition) -> (low, high)``: the log's first offset and the offset after its end."""
 
 
-def read(admin: AdminClient, partitions: Iterable[TopicPartition], name: str,
+class Reader:
+    """The admin client watermarks are read through, made anew after a failed read: after a
+    broker restart librdkafka's admin client may go on asking with stale metadata ("Leader
+    epoch is older than broker epoch") until it is replaced."""
+
+    def __init__(self, connection: Connection):
+        self.connection = connection
+        self._admin: AdminClient | None = None
+
+    @property
+    def admin(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient(client_config(self.connection))
+        return self._admin
+
+    def failed(self) -> None:
+        self._admin = None
+
+
+def read(reader: Reader, partitions: Iterable[TopicPartition], name: str,
          gone: set[str] | None = None) -> Watermarks | None:
     """The watermarks of ``partitions`` as the broker has them now (not a client's cache), in
     two ListOffsets requests for all of them; None if the broker cannot say (restarting,
@@ -40,11 +60,13 @@ def read(admin: AdminClient, partitions: Iterable[TopicPartition], name: str,
     asked = [KafkaTopicPartition(t, p) for t, p in partitions if not (gone and t in gone)]
     if not asked:
         return {}
+    admin = reader.admin
     try:
         ends = [admin.list_offsets({tp: spec for tp in asked}, request_timeout=10)
                 for spec in (OffsetSpec.earliest(), OffsetSpec.latest())]
     except KafkaException as exc:
         log.warning("%s: watermarks unknown for now: %s", name, exc.args[0].str())
+        reader.failed()
         return None
     lows, highs = ({(tp.topic, tp.partition): f for tp, f in end.items()} for end in ends)
     marks: Watermarks = {}
@@ -58,6 +80,7 @@ def read(admin: AdminClient, partitions: Iterable[TopicPartition], name: str,
                 continue
             log.warning("%s: watermarks of %s[%d] unknown for now: %s", name, tp.topic,
                         tp.partition, exc.args[0].str())
+            reader.failed()
             return None
     return marks
 

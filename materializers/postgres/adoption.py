@@ -23,7 +23,6 @@ from collections.abc import Callable, Mapping, Sequence
 
 import psycopg
 from confluent_kafka import Consumer, KafkaException
-from confluent_kafka.admin import AdminClient
 
 from common.errors import BottlerError
 from common.kafka import Connection, client_config
@@ -70,7 +69,7 @@ def topic_ends(kafka: Connection, name: str, is_table_topic: Callable[[str], boo
             raise _unreadable("the capture's records of its topics could not be read")
         partitions = [(t, p) for t, meta in topics.items()
                       if t == truncate_topic or is_table_topic(t) for p in meta.partitions]
-        marks = watermarks.read(AdminClient(client_config(kafka)), partitions, name)
+        marks = watermarks.read(watermarks.Reader(kafka), partitions, name)
         if marks is None:
             raise _unreadable("the broker did not answer")
         return {tp: high for tp, (_, high) in marks.items()}

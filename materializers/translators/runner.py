@@ -216,7 +216,7 @@ class TranslatorRunner:
         # transaction, so what the changelog and the committed offsets hold is final.
         self._new_producer()
         self._consumer = Consumer(self._consumer_config)
-        self._admin = AdminClient(client_config(self.bootstrap))  # watermarks (watermarks.py)
+        self._marks = watermarks.Reader(self.bootstrap)
         self.tracker.revoke(self.tracker.partitions)
         self._watermarks.reset()
         if self.join_group:  # partitions and state come with each assignment
@@ -554,7 +554,7 @@ class TranslatorRunner:
         if not self._watermarks.due(force, self.caught_up.is_set()):
             return
         gone: set[str] = set()
-        marks = watermarks.read(self._admin, self.tracker.partitions, self.group_id, gone)
+        marks = watermarks.read(self._marks, self.tracker.partitions, self.group_id, gone)
         # in a group, the group's own rebalance takes a deleted topic's partitions away
         for tp in watermarks.drop_vanished(self._consumer, gone, list(self._position),
                                            self.group_id, unassign=not self.join_group):

@@ -47,10 +47,9 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer
-from confluent_kafka.admin import AdminClient
 
 from common.errors import BottlerError
-from common.kafka import Connection, client_config, reader_config
+from common.kafka import Connection, reader_config
 from common.registry import Registry
 from materializers.core import metrics, poison, positions, watermarks
 from materializers.core.changes import Change, TopicPartition, table_of
@@ -165,7 +164,7 @@ class WarehouseJob:
         self._is_table_topic = self._owned or table_topics(prefix, self.topics)
         self.decoder = decoder(registry)
         self._consumer = Consumer(reader_config(bootstrap, "warehouse-planner"))
-        self._admin = AdminClient(client_config(bootstrap))  # watermarks (watermarks.py)
+        self._marks = watermarks.Reader(bootstrap)
         self._positions: dict[TopicPartition, int] = {}  # as flushed by this job
         self._connector: bool | None = None  # Spark's Kafka connector on the classpath
 
@@ -353,7 +352,7 @@ class WarehouseJob:
             self._positions.update({tp: 0 for tp in new} | self.sink.stored_offsets(new))
 
     def _watermarks(self, partitions: Iterable[TopicPartition]) -> watermarks.Watermarks | None:
-        return watermarks.read(self._admin, partitions, self.name)
+        return watermarks.read(self._marks, partitions, self.name)
 
     def _truncates(self, start: dict[TopicPartition, int], high: dict[TopicPartition, int],
                    result: BatchResult) -> tuple[list[Change], dict[TopicPartition, int]]:

@@ -27,11 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException
-from confluent_kafka.admin import AdminClient
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
 
-from common.kafka import client_config, reader_config
+from common.kafka import reader_config
 from materializers.core import watermarks
 from materializers.core.changes import TopicPartition
 
@@ -77,13 +76,13 @@ class Marks(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _latest(self) -> dict[str, int] | None:
         if self._consumer is None:
             self._consumer = Consumer(reader_config(self.bootstrap, "warehouse-planner"))
-            self._admin = AdminClient(client_config(self.bootstrap))
+            self._marks = watermarks.Reader(self.bootstrap)
         try:
             partitions = self.discover(self._consumer)
         except KafkaException as exc:  # the broker restarting: as for its watermarks, a pause
             log.warning("warehouse: topics unknown for now: %s", exc.args[0].str())
             return None
-        marks = watermarks.read(self._admin, partitions, "warehouse")
+        marks = watermarks.read(self._marks, partitions, "warehouse")
         return None if marks is None else {key(tp): high for tp, (_, high) in marks.items()}
 
     def initialOffset(self) -> dict:  # noqa: N802 - pyspark's names
