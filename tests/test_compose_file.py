@@ -26,9 +26,17 @@ PYPROJECT = ROOT / "pyproject.toml"
 
 PROMETHEUS_FILE = ROOT / "compose" / "prometheus.yml"
 
+def pinned_kafka() -> str:
+    """The Kafka version the embedded stack's jars are pinned at (compose/jars/pom.xml)."""
+    import re
+
+    pom = (ROOT / "compose" / "jars" / "pom.xml").read_text()
+    return re.search(r"<kafka.version>([^<]+)</kafka.version>", pom)[1]
+
+
 BACKING_IMAGES = {
     "postgres": "postgres:16",
-    "kafka": "apache/kafka:3.9.0",
+    "kafka": f"apache/kafka:{pinned_kafka()}",  # the embedded stack's version
     "schema-registry": "confluentinc/cp-schema-registry:7.7.1",
     "elasticsearch": "docker.elastic.co/elasticsearch/elasticsearch:8.15.3",
 }
