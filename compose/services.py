@@ -164,7 +164,7 @@ def broker(root: Path, port: int, controller_port: int, cluster_id: str) -> Serv
     node = KafkaNode(root, port, controller_port, cluster_id)
     return Service(
         name="broker",
-        argv=[],  # node.prepare() writes the settings, formats the storage and says
+        argv=[],  # node.prepare() writes the settings, formats the storage, gives the command
         prepare=node.prepare,
         check=node.check,
         explain=missing_jar,
