@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> None:
         env = {"BOTTLER_PG_DSN": ep.pg_dsn, "BOTTLER_KAFKA": ep.kafka,
                "BOTTLER_REGISTRY": ep.registry}
         cpu_roots = {"postgres": stack.postgres.running_pid(),
-                     "broker": stack.broker.running_pid()}
+                     "broker": stack.broker.running_pid(),
+                     "search engine": stack.search_engine.running_pid()}
 
         say(f"filling {SNAPSHOT_TABLE} with {rows:,} rows (no slot exists yet)")
         _snapshot_table(ep.pg_dsn, SNAPSHOT_TABLE, rows)
@@ -215,7 +216,7 @@ def _search(ep, env, table, rows, cpu_roots) -> list[Figure]:
             capture.wait_line(SNAPSHOT_DONE, timeout=600)
         expect_messages(ep.kafka, topic, rows)
         return search(ep.search, ep.kafka, ep.registry, topic, rows,
-                      {"broker": cpu_roots["broker"]})
+                      {k: cpu_roots[k] for k in ("broker", "search engine")})
     finally:
         ceilings.drop_slot(ep.pg_dsn, SEARCH_PREFIX)
         delete_topics(ep.kafka, f"{SEARCH_PREFIX}.")

@@ -133,7 +133,7 @@ def search(client: SearchClient | str, bootstrap: str, registry: str, topic: str
            cpu_roots: dict[str, int | None] | None = None) -> list[Figure]:
     """The figures for ``topic`` (``rows`` upserts, already captured): the raw ``_bulk``
     ceiling, then the materializer's rebuild against it. ``cpu_roots``: process ids to report
-    the CPU seconds of (``{"broker": pid}``)."""
+    the CPU seconds of (``{"broker": pid, "search engine": pid}``)."""
     client = SearchClient(client) if isinstance(client, str) else client
     _say("search: raw _bulk ceiling")
     ceiling = raw_bulk(client, bootstrap, registry, topic, rows, cpu_roots)
@@ -184,7 +184,8 @@ def main(argv: list[str] | None = None) -> None:
         topic = f"{prefix}.{table}"
         expect_messages(ep.kafka, topic, args.rows)
         figures = search(ep.search, ep.kafka, ep.registry, topic, args.rows,
-                         {"broker": stack.broker.running_pid()})
+                         {"broker": stack.broker.running_pid(),
+                          "search engine": stack.search_engine.running_pid()})
     header.append(machine_line() + " at the end")
     print_report(figures, header)
 
