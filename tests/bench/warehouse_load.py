@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import TableNotFoundError
 
 from compose.demo import TABLES, seed
 from materializers.core import Materializer
@@ -220,7 +221,7 @@ def _watch(table: Path, seen: dict[int, float], stop: threading.Event) -> None:
             now = time.time()
             for i in delta.to_pyarrow_table(columns=["id"])["id"].to_pylist():
                 seen.setdefault(i, now)
-        except OSError:
+        except (OSError, TableNotFoundError):  # not there yet, or its log not yet written
             pass
         stop.wait(0.1)
 
