@@ -15,6 +15,22 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 
+def wait_snapshot_done(capture, log, metrics_port: int, timeout: float) -> None:
+    """Wait until the capture process ``capture`` (its output in ``log``) says on its metrics
+    endpoint that its snapshot is complete; fail with its log's end should it exit first."""
+    import httpx
+
+    def done() -> bool:
+        assert capture.poll() is None, log.read_text()[-3000:]
+        try:
+            page = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=1).text
+        except httpx.HTTPError:
+            return False
+        return "bottler_capture_snapshot_complete 1.0" in page
+
+    wait_for(done, timeout, "the capture's snapshot")
+
+
 def wait_for(predicate: Callable[[], object], timeout: float = 30, what: str = "condition"):
     from tests.capture_support import CaptureThread
 

@@ -24,7 +24,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient, Schema
 
 from compose.demo import seed
 from compose.procs import free_port
-from tests.support import execute, fresh_database, rows, wait_for
+from tests.support import execute, fresh_database, rows, wait_for, wait_snapshot_done
 from tests.test_capture_errors import ROOT, assert_clear_error, bottler, clean_env
 
 pytestmark = pytest.mark.stack
@@ -247,15 +247,7 @@ def test_every_process_works_through_the_authenticating_registry(stack, source, 
 
 def _through_the_registry(stack, source, target, tmp_path, capture, log, metrics_port, prefix,
                           env, password) -> None:
-    def snapshot_done() -> bool:
-        assert capture.poll() is None, log.read_text()[-3000:]
-        try:
-            page = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=1).text
-        except httpx.HTTPError:
-            return False
-        return "bottler_capture_snapshot_complete 1.0" in page
-
-    wait_for(snapshot_done, 120, "the capture's snapshot")
+    wait_snapshot_done(capture, log, metrics_port, 120)
     metrics = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text
     argv = Path(f"/proc/{capture.pid}/cmdline").read_bytes().decode(errors="replace")
     assert password not in metrics and password not in argv

@@ -37,7 +37,7 @@ from common.kafka import READER_GROUPS
 from compose.demo import seed
 from compose.procs import free_port
 from tests.secured_kafka import ADMIN, SecuredKafka, secured_kafka
-from tests.support import execute, fresh_database, rows, wait_for
+from tests.support import execute, fresh_database, rows, wait_for, wait_snapshot_done
 from tests.test_capture_errors import ROOT, assert_clear_error, bottler, clean_env
 
 pytestmark = pytest.mark.stack
@@ -213,15 +213,7 @@ def test_every_process_works_through_sasl_ssl_and_acls(estate, source, tmp_path)
              "--metrics-port", str(metrics_port), "--config", str(capture_config)],
             cwd=ROOT, env=clean_env(), stdout=out, stderr=subprocess.STDOUT)
     try:
-        def snapshot_done() -> bool:
-            assert capture.poll() is None, log.read_text()[-3000:]
-            try:
-                page = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=1).text
-            except httpx.HTTPError:
-                return False
-            return "bottler_capture_snapshot_complete 1.0" in page
-
-        wait_for(snapshot_done, 180, "the capture's snapshot")
+        wait_snapshot_done(capture, log, metrics_port, 180)
         execute(source, "insert into probe values (51, 'streamed')")
         with fresh_database(estate.pg_dsn) as target:
             try:
