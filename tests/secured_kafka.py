@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import secrets
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,10 +22,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from compose.kafka import KafkaNode, new_cluster_id
 from compose.procs import free_port
-from compose.services import kafka_ready
-from tests.support import wait_for
+from tests.kafka_node import OwnKafka
 
 ADMIN = "admin"
 
@@ -119,7 +116,7 @@ def secured_kafka() -> Iterator[SecuredKafka]:
         ca, keystore = make_certificates(home)
         internal, controller, secured = free_port(), free_port(), free_port()
         admin_password = "Pw" + secrets.token_hex(12)
-        node = KafkaNode(home, internal, controller, new_cluster_id(), settings={
+        settings = {
             "listeners": f"PLAINTEXT://127.0.0.1:{internal},"
                          f"CONTROLLER://127.0.0.1:{controller},SASL_SSL://127.0.0.1:{secured}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{internal},"
@@ -139,23 +136,10 @@ def secured_kafka() -> Iterator[SecuredKafka]:
             # the node itself, on its loopback PLAINTEXT listener, and the operator
             "super.users": f"User:ANONYMOUS;User:{ADMIN}",
             "allow.everyone.if.no.acl.found": "false",
-        }, scram_users={ADMIN: admin_password})
-        argv = node.prepare()
-        log = home / "broker.log"
-        with open(log, "wb") as out:
-            process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-        running = SecuredKafka(f"127.0.0.1:{secured}", ca, {ADMIN: admin_password}, log)
+        }
+        kafka = OwnKafka(home, internal, controller, settings, {ADMIN: admin_password})
+        kafka.start()
         try:
-            def ready() -> bool:
-                assert process.poll() is None, log.read_text()[-3000:]
-                return kafka_ready(internal)()
-
-            wait_for(ready, 120, "the secured Kafka node")
-            yield running
+            yield SecuredKafka(f"127.0.0.1:{secured}", ca, {ADMIN: admin_password}, kafka.log)
         finally:
-            process.terminate()
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            kafka.stop()

@@ -8,9 +8,11 @@ from __future__ import annotations
 import logging
 import re
 import time
+from types import SimpleNamespace
 
 from common.logs import RateLimited
 from tests.capture_support import capture_process
+from tests.kafka_node import own_kafka
 from tests.support import execute, topic_state, wait_streaming
 
 RAW = re.compile(rb"%\d\|\d+\.\d+\|")  # librdkafka's own stderr format
@@ -36,26 +38,28 @@ def test_a_capture_whose_broker_is_down_logs_a_few_lines(stack, source, prefix, 
     execute(source, "create table items (id int primary key)",
             "insert into items select generate_series(1, 10)")
     log = tmp_path / "capture.log"
-    proc = capture_process(["--postgres", source, "--broker", stack.kafka, "--schema-registry",
-                            stack.registry_url, "--slot", prefix, "--topic-prefix", prefix,
-                            "--heartbeat-interval", "1"], log)
-    try:
-        wait_streaming(source, prefix)
-        topic_state(stack, f"{prefix}.items", 10)
-        stack.stack.broker.stop()
+    with own_kafka() as kafka:  # a broker of its own to stop: the session's serves every test
+        topics = SimpleNamespace(kafka=kafka.bootstrap, registry_url=stack.registry_url)
+        proc = capture_process(["--postgres", source, "--broker", kafka.bootstrap,
+                                "--schema-registry", stack.registry_url, "--slot", prefix,
+                                "--topic-prefix", prefix, "--heartbeat-interval", "1"], log)
         try:
-            quiet_from = log.stat().st_size
-            execute(source, "insert into items values (11)")  # waits in the producer
-            time.sleep(30)
+            wait_streaming(source, prefix)
+            topic_state(topics, f"{prefix}.items", 10)
+            kafka.stop()
+            try:
+                quiet_from = log.stat().st_size
+                execute(source, "insert into items values (11)")  # waits in the producer
+                time.sleep(30)
+                assert proc.poll() is None, log.read_text()
+                during = log.read_bytes()[quiet_from:]
+            finally:
+                kafka.start()
+            assert not RAW.search(during), during.decode(errors="replace")
+            lines = during.decode(errors="replace").splitlines()
+            assert len(lines) <= 12, "\n".join(lines)
+            topic_state(topics, f"{prefix}.items", 11)  # it carried on
             assert proc.poll() is None, log.read_text()
-            during = log.read_bytes()[quiet_from:]
         finally:
-            stack.stack.broker.start()
-        assert not RAW.search(during), during.decode(errors="replace")
-        lines = during.decode(errors="replace").splitlines()
-        assert len(lines) <= 12, "\n".join(lines)
-        topic_state(stack, f"{prefix}.items", 11)  # it carried on
-        assert proc.poll() is None, log.read_text()
-    finally:
-        proc.terminate()
-        proc.wait(60)
+            proc.terminate()
+            proc.wait(60)
