@@ -220,7 +220,7 @@ class SchemaStore:
         consumer = Consumer(reader_config(self._client_config(), "schema-registry"))
         try:
             partition = TopicPartition(self.topic, 0)
-            low, high = consumer.get_watermark_offsets(partition, timeout=self.timeout)
+            low, high = self._watermarks(consumer, partition)
             if high <= low:
                 return state
             consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
@@ -236,6 +236,8 @@ class SchemaStore:
                         break
                     continue
                 if msg.error():
+                    if _transient(msg.error()):  # e.g. just after a broker restart
+                        continue
                     raise self._unreachable("read", msg.error())
                 offset = msg.offset()
                 deadline = time.monotonic() + self.timeout
@@ -249,6 +251,18 @@ class SchemaStore:
         finally:
             consumer.close()
         return state
+
+    def _watermarks(self, consumer: Consumer, partition: TopicPartition) -> tuple[int, int]:
+        """The topic's offsets; a broker that has just started answers "not leader" for a
+        moment (its partitions are still loading), which is waited out, not reported."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                return consumer.get_watermark_offsets(partition, timeout=self.timeout)
+            except KafkaException as exc:
+                if not _transient(exc.args[0]) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     # -- writes: to Kafka first, then to memory --------------------------------------------
 
@@ -344,3 +358,14 @@ class SchemaStore:
 
     def config(self, subject: str | None) -> str | None:
         return self._state.configs.get(subject)
+
+
+_PASSING = {KafkaError._PARTITION_EOF, KafkaError.NOT_LEADER_FOR_PARTITION,
+            KafkaError.LEADER_NOT_AVAILABLE, KafkaError.FENCED_LEADER_EPOCH,
+            KafkaError.UNKNOWN_LEADER_EPOCH}
+
+
+def _transient(error: KafkaError) -> bool:
+    """An error that passes by itself: the end of the partition, a leader moving or a broker
+    still loading its partitions (just after it started), or one librdkafka calls retriable."""
+    return error.code() in _PASSING or (error.retriable() and not error.fatal())
