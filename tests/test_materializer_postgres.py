@@ -21,6 +21,9 @@ from materializers.postgres.values import copy_escape, interval_text, text_conve
 from schemas.pgtypes import session_statements
 from tests.support import execute, fresh_database, wait_for, wait_streaming
 
+pytestmark = pytest.mark.pg_matrix  # on PostgreSQL 15 and 18 (tests/conftest.py)
+
+
 
 @pytest.fixture
 def target(stack):

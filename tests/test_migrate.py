@@ -20,7 +20,7 @@ from bottler.migrate.verify import DIFFERENT, EXTRA, MISSING, verify
 from schemas.topics import table_topic
 from tests.support import execute, fresh_database, rows
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.pg_matrix]  # 15 and 18
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -286,7 +286,7 @@ def _fenced(c: Cutover, o: Options, src, dst, roles: fence.RoleFence, say, step)
         say(f"  sequence {s.name} set to {s.value}" + ("" if s.is_called else " (unused)"))
     step("sequences")
     say("post-data (pg_dump --section=post-data):")
-    c.postdata = postdata.apply(dst, postdata.dump(o.source), progress=say)
+    c.postdata = postdata.apply(dst, postdata.dump(o.source, src.info.server_version), progress=say)
     step("post-data")
     if c.postdata.failed:
         c.verdict = NO_GO
