@@ -67,8 +67,11 @@ def stack() -> Iterator[RunningStack]:
 
 def pytest_generate_tests(metafunc):
     """A `pg_matrix` test runs once per major of PG_MATRIX (ids pg15, pg18; the second major's
-    runs are also marked `pg_other`, so `-m "not pg_other"` runs one major only)."""
-    if metafunc.definition.get_closest_marker("pg_matrix") is None:
+    runs are also marked `pg_other`, so `-m "not pg_other"` runs one major only), unless
+    marked `pg_single` (a slow one whose kind the others check on both)."""
+    definition = metafunc.definition
+    if not definition.get_closest_marker("pg_matrix") or definition.get_closest_marker(
+            "pg_single"):
         return
     main = os.environ.get("BOTTLER_TEST_PG_VERSION") or PG_MATRIX[0]
     params = [pytest.param(major, id=f"pg{major}",

@@ -10,12 +10,7 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from tests.support import Decoder, WriteLoad, execute, read_topic, rows, wait_for, wait_streaming
-
-pytestmark = pytest.mark.pg_matrix  # on PostgreSQL 15 and 18 (tests/conftest.py)
-
 
 SNAPSHOT_KILLS = 2  # while the initial copy runs (it takes a few seconds)
 STREAM_KILLS = 5  # while the stream runs

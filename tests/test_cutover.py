@@ -153,6 +153,7 @@ def as_role(dsn: str, role: str) -> str:
     return make_conninfo(**params)
 
 
+@pytest.mark.pg_single  # its kind is checked on both majors by the others: the suite's time
 def test_corrupt_target_row_is_a_no_go_naming_the_key_and_roles_get_access_back(
         stack, source, prefix, start, role, tmp_path):
     execute(source,

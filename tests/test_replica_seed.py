@@ -20,7 +20,7 @@ import pytest
 from bottler.migrate.verify import verify
 from tests.support import execute, fresh_database, rows, wait_for
 
-pytestmark = [pytest.mark.stack, pytest.mark.pg_matrix]  # 15 and 18
+pytestmark = pytest.mark.stack
 
 ROWS = 600_000  # items: ~5 ranges of 2,048 pages (--seed-chunk-pages), so a kill lands between two
 
