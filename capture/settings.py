@@ -46,7 +46,7 @@ class CaptureSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings, Metr
     # source's logical_decoding_work_mem comes while it runs, staged in stream_spool_dir until
     # it commits, instead of spilling to the source's disk and arriving whole at its commit
     stream_large_transactions: bool = False
-    stream_spool_dir: Path | None = None  # default: <temp dir>/bottler-stream-<slot>
+    stream_spool_dir: Path | None = None  # default: see spool_dir
     replica_identity_full: bool = False
     # how dates and times are typed in the schemas (schemas/temporal.py): Avro logical types, or
     # plain ints with connect.name annotations that every Avro library reads
@@ -95,12 +95,12 @@ class CaptureSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings, Metr
     def publication_name(self) -> str:
         return self.publication or self.slot
 
-    @property
-    def spool_dir(self) -> Path | None:
-        """Where streamed transactions wait for their commit; None: they are not streamed."""
-        if not self.stream_large_transactions:
-            return None
-        return self.stream_spool_dir or Path(tempfile.gettempdir()) / f"bottler-stream-{self.slot}"
+    def spool_dir(self, system_identifier: str) -> Path:
+        """Where streamed transactions wait for their commit: --stream-spool-dir, or one of the
+        temporary directory's named after the source server (its system identifier) and the
+        slot, which together name one capture."""
+        return self.stream_spool_dir or (
+            Path(tempfile.gettempdir()) / f"bottler-stream-{system_identifier}-{self.slot}")
 
 
 def load_settings(**given) -> CaptureSettings:

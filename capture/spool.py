@@ -10,11 +10,14 @@ passes a commit the capture did not publish), so whatever a killed run left is r
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
+
+from common.errors import BottlerError
 
 _RECORD = struct.Struct("!QII")  # the message's WAL position, its (sub)xid, its length
 # Relation and Type messages are kept whatever subtransaction sent them: pgoutput sends a
@@ -39,8 +42,20 @@ class Spool:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        # One capture per directory: a second one would remove the first one's files. The
+        # lock goes with the process, however it ends.
+        self._lock = open(directory.with_name(directory.name + ".lock"), "a")  # noqa: SIM115
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise BottlerError(
+                f"another capture stages its streamed transactions in {directory}",
+                "give each capture its own --stream-spool-dir",
+            ) from None
         shutil.rmtree(directory, ignore_errors=True)  # a killed run's: streamed again
-        directory.mkdir(parents=True, mode=0o700)  # rows of the source: the capture's only
+        directory.mkdir(mode=0o700)  # rows of the source: the capture's only
         self._open: dict[int, _Staged] = {}
 
     @property
@@ -103,3 +118,4 @@ class Spool:
         for xid in list(self._open):
             self._drop(xid)
         shutil.rmtree(self.directory, ignore_errors=True)
+        self._lock.close()  # the lock file stays: removing it would race a new capture's lock

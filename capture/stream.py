@@ -7,6 +7,7 @@ import logging
 import select
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -55,11 +56,12 @@ class Streamer:
         watcher: Watcher | None = None,
         progress: CaptureState | None = None,
         chunk_rows: int = 10_000,
-        spool_dir: Path | None = None,
+        spool_dir: Callable[[str], Path] | None = None,
     ):
         """``spool_dir``: stream large transactions while they run (pgoutput protocol 2+,
-        where the server has it), staged there until they commit (capture/spool.py); None:
-        protocol 1, each transaction sent by the server at its commit."""
+        where the server has it), staged until they commit (capture/spool.py) in the directory
+        it gives for the server's system identifier; None: protocol 1, each transaction sent
+        by the server at its commit."""
         self.dsn = dsn
         self.slot = slot
         self.publications = publications
@@ -104,12 +106,19 @@ class Streamer:
         version = streaming_protocol(conn.server_version) if self.spool_dir else None
         if version:
             options |= {"proto_version": str(version), "streaming": "on"}
-            self.spool = Spool(self.spool_dir)
+            cur.execute("IDENTIFY_SYSTEM")
+            try:
+                self.spool = Spool(self.spool_dir(cur.fetchone()[0]))
+            except BaseException:
+                conn.close()
+                raise
         try:
             cur.start_replication(
                 slot_name=self.slot, decode=False, status_interval=10, options=options)
         except psycopg2.Error as exc:
             conn.close()
+            if self.spool is not None:
+                self.spool.close()
             if slot_health.lost_while_streaming(self.dsn, self.slot, exc):
                 raise slot_health.lost_slot_error(self.slot) from None
             raise BottlerError(

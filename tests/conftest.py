@@ -96,12 +96,16 @@ def other_postgres() -> Iterator[dict[str, PostgresCluster]]:
 
 
 @pytest.fixture(autouse=True)
-def pg_major(request, stack) -> Iterator[str]:
-    """The PostgreSQL major of the test: a matrix test's (its parameter), which the `stack`
-    fixture's pg_dsn then points at for the test's duration; else the stack's."""
-    own = stack.stack.postgres.data_version()
-    major = getattr(request, "param", own)
-    if major == own:
+def pg_major(request) -> Iterator[str | None]:
+    """The PostgreSQL major of a matrix test (its parameter), which the `stack` fixture's pg_dsn
+    then points at for the test's duration; None for any other test (which may need no stack
+    at all)."""
+    major = getattr(request, "param", None)
+    if major is None:
+        yield None
+        return
+    stack = request.getfixturevalue("stack")
+    if major == stack.stack.postgres.data_version():
         yield major
         return
     others = request.getfixturevalue("other_postgres")
