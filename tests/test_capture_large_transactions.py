@@ -108,7 +108,7 @@ def test_streamed_transactions_arrive_whole_and_spill_nothing(stack, small_decod
     stats = {name: wait_for(lambda n=name: decoded(source, n), 60, f"{name}'s statistics")
              for name in (streamed, whole)}
     assert stats[streamed]["spill_bytes"] == 0  # the source spilled nothing: it streamed
-    assert stats[streamed]["stream_txns"] >= 3
+    assert stats[streamed]["stream_txns"] >= 2  # 18 skips one that aborted before decoding
     assert stats[whole]["spill_bytes"] > 4 * ROWS * 100  # protocol 1 spills on the same work
     assert not any((tmp_path / "spool").iterdir())  # nothing staged is left
 
