@@ -180,8 +180,9 @@ class Streamer:
         if self._batch is None and not (self.spool and self.spool.open):
             # Outside a transaction everything read is handled, and wal_end is the position
             # up to which the server has sent WAL (a keepalive's): an idle slot advances past
-            # other databases' WAL, so retained WAL stays bounded. (Not while a streamed
-            # transaction waits for its commit: nothing past its start is confirmed then.)
+            # other databases' WAL, so retained WAL stays bounded. Not while a streamed
+            # transaction waits for its commit: the server keeps its WAL anyway (its restart
+            # position stays before the transaction's start), so waiting costs nothing.
             self.tracker.idle_at(cur.wal_end)
         now = time.monotonic()
         confirmed = self.tracker.confirmed()
