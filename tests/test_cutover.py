@@ -69,6 +69,7 @@ def caught_up(stack, source, target, prefix, group="bottler-postgres", proc=None
     return check
 
 
+@pytest.mark.pg_single  # on 18 the cutover runs in test_going_back_is_a_cutover_the_other_way
 def test_demo_shop_cutover_under_load_says_go(stack, source, prefix, start, tmp_path):
     seed(source)
     start(heartbeat_interval=1.0)
