@@ -72,7 +72,7 @@ def capture(
     stream_spool_dir: Path | None = option(
         "--stream-spool-dir",
         help="Where streamed transactions wait for their commit [default: "
-             "<temp dir>/bottler-stream-<system id>-<slot>; emptied at start]"),
+             "<temp dir>/bottler-stream-<system id>-<slot>]"),
     replica_identity_full: bool = option(
         "--replica-identity-full", default=False,
         help="Set REPLICA IDENTITY FULL on tables with TOASTable columns."),

@@ -10,8 +10,9 @@ passes a commit the capture did not publish), so whatever a killed run left is r
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
-import shutil
+import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,20 +43,20 @@ class Spool:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        # One capture per directory: a second one would remove the first one's files. The
-        # lock goes with the process, however it ends.
-        self._lock = open(directory.with_name(directory.name + ".lock"), "a")  # noqa: SIM115
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)  # rows of the source
+        # One capture per directory (a lock on the directory itself): a second one would
+        # remove the first one's files. The lock goes with the process, however it ends.
+        self._lock = os.open(directory, os.O_RDONLY)
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            self._lock.close()
+            os.close(self._lock)
             raise BottlerError(
                 f"another capture stages its streamed transactions in {directory}",
                 "give each capture its own --stream-spool-dir",
             ) from None
-        shutil.rmtree(directory, ignore_errors=True)  # a killed run's: streamed again
-        directory.mkdir(mode=0o700)  # rows of the source: the capture's only
+        for leftover in directory.glob("*.stream"):  # a killed run's: streamed again
+            leftover.unlink()
         self._open: dict[int, _Staged] = {}
 
     @property
@@ -117,5 +118,6 @@ class Spool:
     def close(self) -> None:
         for xid in list(self._open):
             self._drop(xid)
-        shutil.rmtree(self.directory, ignore_errors=True)
-        self._lock.close()  # the lock file stays: removing it would race a new capture's lock
+        with contextlib.suppress(OSError):  # not empty: files of the user's own; keep them
+            self.directory.rmdir()
+        os.close(self._lock)

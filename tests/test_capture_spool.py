@@ -3,6 +3,7 @@ replays, what a Stream Abort drops, and one capture per directory."""
 
 from __future__ import annotations
 
+import os
 import struct
 
 import pytest
@@ -37,6 +38,7 @@ def test_a_commit_replays_in_order_without_the_aborted_subtransactions_changes(t
         assert not any((tmp_path / "spool").iterdir())  # nothing staged is left
     finally:
         spool.close()
+    assert not (tmp_path / "spool").exists()  # nor the directory, nor a lock file
 
 
 def test_one_capture_per_directory_and_a_killed_ones_files_are_removed(tmp_path):
@@ -48,7 +50,7 @@ def test_one_capture_per_directory_and_a_killed_ones_files_are_removed(tmp_path)
         Spool(directory)
     assert "another capture" in refused.value.message
     assert list(directory.iterdir())  # the first one's files are untouched
-    first._lock.close()  # as when its process is killed: the kernel releases the lock
+    os.close(first._lock)  # as when its process is killed: the kernel releases the lock
     second = Spool(directory)
     try:
         assert not any(directory.iterdir())  # what the killed run staged is streamed again
