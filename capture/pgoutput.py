@@ -1,9 +1,10 @@
 """Decoder for the binary messages of PostgreSQL's built-in ``pgoutput`` logical decoding plugin.
 
 The format is documented in PostgreSQL's "Logical Replication Message Formats"
-(protocol-logicalrep-message-formats). Protocol version 1 (what the capture requests) is decoded
-exactly: Begin, Commit, Origin, Relation, Type, Insert, Update, Delete, Truncate and logical
-decoding messages. The self-describing messages of later versions (Stream Start/Stop/Commit/Abort
+(protocol-logicalrep-message-formats). Protocol version 1 is decoded exactly: Begin, Commit,
+Origin, Relation, Type, Insert, Update, Delete, Truncate and logical decoding messages (the
+capture asks for version 1, or with streaming for the server's newest, capture/stream.py).
+The self-describing messages of later versions (Stream Start/Stop/Commit/Abort
 from version 2, the two-phase messages from version 3, the Stream Abort tail of version 4) are
 decoded by :func:`parse` as well; changes sent *inside* a streamed block carry a leading xid and
 are decoded with :func:`parse_streamed`.
@@ -57,6 +58,7 @@ __all__ = [
     "parse_streamed",
     "pg_time_to_unix_micros",
     "str_to_lsn",
+    "streamed_xid",
     "unix_micros_to_pg_time",
 ]
 
@@ -640,6 +642,20 @@ def parse_streamed(data: bytes | bytearray | memoryview) -> tuple[int | None, An
         raise
     except (struct.error, IndexError, ValueError) as exc:
         raise ProtocolError(_describe_failure(data, exc)) from exc
+
+
+STREAM_STOP: Final = b"E"[0]
+
+
+def streamed_xid(data: bytes) -> int | None:
+    """The (sub)transaction xid a message between Stream Start and Stream Stop carries, without
+    decoding the rest (a streamed change is staged as it came and decoded at its commit); None
+    for the messages that carry none (Origin, Stream Stop)."""
+    if data[0] in _STREAMED:
+        if len(data) < 5:
+            raise ProtocolError(_describe(data, "truncated"))
+        return _unpack_u32(data, 1)[0]
+    return None
 
 
 def _describe_failure(data: bytes, exc: Exception) -> str:

@@ -129,6 +129,7 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, undo: 
         transaction_topic=s.transaction_topic,
         watcher=Watcher(publications) if publications.managed else None, progress=progress,
         chunk_rows=s.incremental_chunk_rows,
+        spool_dir=s.spool_dir if s.stream_large_transactions else None,
     )
     gctune.tune()
     streamer.run(stop)

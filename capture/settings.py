@@ -3,6 +3,8 @@ environment variables over the YAML file over defaults. Names follow Bottled Wat
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
@@ -40,6 +42,11 @@ class CaptureSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings, Metr
     incremental_chunk_rows: int = Field(10_000, ge=1)  # rows an incremental snapshot reads at once
     heartbeat_interval: float = Field(10.0, gt=0)
     transaction_topic: bool = False
+    # pgoutput protocol 2+ with streaming (PostgreSQL 14 on): a transaction larger than the
+    # source's logical_decoding_work_mem comes while it runs, staged in stream_spool_dir until
+    # it commits, instead of spilling to the source's disk and arriving whole at its commit
+    stream_large_transactions: bool = False
+    stream_spool_dir: Path | None = None  # default: see spool_dir
     replica_identity_full: bool = False
     # how dates and times are typed in the schemas (schemas/temporal.py): Avro logical types, or
     # plain ints with connect.name annotations that every Avro library reads
@@ -87,6 +94,13 @@ class CaptureSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings, Metr
     @property
     def publication_name(self) -> str:
         return self.publication or self.slot
+
+    def spool_dir(self, system_identifier: str) -> Path:
+        """Where streamed transactions wait for their commit: --stream-spool-dir, or one of the
+        temporary directory's named after the source server (its system identifier) and the
+        slot, which together name one capture."""
+        return self.stream_spool_dir or (
+            Path(tempfile.gettempdir()) / f"bottler-stream-{system_identifier}-{self.slot}")
 
 
 def load_settings(**given) -> CaptureSettings:

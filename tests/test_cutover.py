@@ -25,7 +25,7 @@ from compose.demo import seed
 from compose.load import ERRORS, run_load
 from tests.support import execute, fresh_database, rows, wait_for, wait_streaming
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.pg_matrix]  # 15 and 18
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,6 +69,7 @@ def caught_up(stack, source, target, prefix, group="bottler-postgres", proc=None
     return check
 
 
+@pytest.mark.pg_single  # on 18 the cutover runs in test_going_back_is_a_cutover_the_other_way
 def test_demo_shop_cutover_under_load_says_go(stack, source, prefix, start, tmp_path):
     seed(source)
     start(heartbeat_interval=1.0)
@@ -153,6 +154,7 @@ def as_role(dsn: str, role: str) -> str:
     return make_conninfo(**params)
 
 
+@pytest.mark.pg_single  # its kind is checked on both majors by the others: the suite's time
 def test_corrupt_target_row_is_a_no_go_naming_the_key_and_roles_get_access_back(
         stack, source, prefix, start, role, tmp_path):
     execute(source,

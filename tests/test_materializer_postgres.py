@@ -21,6 +21,9 @@ from materializers.postgres.values import copy_escape, interval_text, text_conve
 from schemas.pgtypes import session_statements
 from tests.support import execute, fresh_database, wait_for, wait_streaming
 
+pytestmark = pytest.mark.pg_matrix  # on PostgreSQL 15 and 18 (tests/conftest.py)
+
+
 
 @pytest.fixture
 def target(stack):
@@ -262,6 +265,7 @@ def test_a_crash_before_the_commit_never_double_applies(stack, source, target, p
         converge(source, target, [ITEMS, LOG], failure)  # the unkeyed log: no duplicates
 
 
+@pytest.mark.pg_single  # its kind is checked on both majors by the others: the suite's time
 def test_apply_rate_of_100k_rows(stack, source, target, prefix, start):
     execute(source, "create table bulk (id int primary key, name text, qty int, price"
                     " numeric(10,2), at timestamptz, tags text[])",

@@ -20,7 +20,7 @@ from bottler.migrate.verify import DIFFERENT, EXTRA, MISSING, verify
 from schemas.topics import table_topic
 from tests.support import execute, fresh_database, rows
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.pg_matrix]  # 15 and 18
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -183,6 +183,7 @@ def test_errors_exit_2_without_password(stack, pair):
     assert "nope.nothing does not exist" in done.stderr
 
 
+@pytest.mark.pg_single  # its kind is checked on both majors by the others: the suite's time
 def test_200k_rows_verify_in_seconds(stack):
     with fresh_database(stack.pg_dsn) as source, fresh_database(stack.pg_dsn) as target:
         schema = ("create table big (id bigint primary key, name text, amount numeric(12, 2),"

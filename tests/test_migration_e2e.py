@@ -12,7 +12,11 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.support import WriteLoad, execute, fresh_database, wait_for, wait_streaming
+
+pytestmark = pytest.mark.pg_matrix  # on PostgreSQL 15 and 18 (tests/conftest.py)
 
 SCHEMA = [
     "create table accounts (id int primary key, balance numeric(12,2) not null, "

@@ -39,6 +39,7 @@ from capture.pgoutput import (
     parse_streamed,
     pg_time_to_unix_micros,
     str_to_lsn,
+    streamed_xid,
     unix_micros_to_pg_time,
 )
 
@@ -329,6 +330,18 @@ def test_streamed_changes_carry_their_xid():
     assert parse_streamed(message) == (701, Message(True, 9, "p", b"x"))
     # The origin after a Stream Start has no xid.
     assert parse_streamed(b"O" + u64(1) + string("o")) == (None, Origin(1, "o"))
+
+
+def test_streamed_xid_reads_only_the_xid_as_parse_streamed_does():
+    """The capture stages a streamed change as it came, reading only its xid (streamed_xid):
+    the same xid parse_streamed gives, None where it gives None."""
+    insert = b"I" + u32(701) + u32(5) + b"N" + tupledata(text("1"))
+    relation = b"R" + u32(702) + u32(5) + string("s") + string("t") + b"f" + i16(0)
+    message = b"M" + u32(703) + i8(1) + u64(9) + string("p") + i32(1) + b"x"
+    for data in (insert, relation, message, b"O" + u64(1) + string("o"), b"E"):
+        assert streamed_xid(data) == parse_streamed(data)[0]
+    with pytest.raises(ProtocolError, match="truncated"):
+        streamed_xid(b"I" + u32(701)[:2])
 
 
 def test_streamed_parse_passes_messages_without_xid_through():

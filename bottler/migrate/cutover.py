@@ -31,7 +31,7 @@ from bottler.migrate.status import status
 from bottler.migrate.verify import VerifyReport, verify
 from common.errors import BottlerError
 from common.kafka import Connection
-from common.pg import connect
+from common.pg import connect, emit_message_function
 from common.redact import redact
 from materializers.postgres import APPLICATION_NAME as REPLICA_APPLICATION_NAME
 from materializers.postgres import DEFAULT_GROUP
@@ -114,9 +114,8 @@ def preconditions(o: Options, src: psycopg.Connection, dst: psycopg.Connection) 
                                "not held by any capture: start `bottler capture`")
                             + (f", confirmed up to {fence.lsn_text(confirmed)}"
                                if confirmed else "")))
-    can_emit = src.execute("select has_function_privilege("
-                           "'pg_logical_emit_message(boolean, text, text)', 'execute')"
-                           ).fetchone()[0]
+    can_emit = src.execute("select has_function_privilege(%s, 'execute')",
+                           (emit_message_function(src),)).fetchone()[0]
     checks.append(Check(can_emit, "fence: this role may call pg_logical_emit_message"
                         if can_emit else "fence: this role may not call "
                         "pg_logical_emit_message: run the cutover as a superuser or grant it"))
@@ -286,7 +285,7 @@ def _fenced(c: Cutover, o: Options, src, dst, roles: fence.RoleFence, say, step)
         say(f"  sequence {s.name} set to {s.value}" + ("" if s.is_called else " (unused)"))
     step("sequences")
     say("post-data (pg_dump --section=post-data):")
-    c.postdata = postdata.apply(dst, postdata.dump(o.source), progress=say)
+    c.postdata = postdata.apply(dst, postdata.dump(o.source, src.info.server_version), progress=say)
     step("post-data")
     if c.postdata.failed:
         c.verdict = NO_GO

@@ -10,7 +10,6 @@ replication setup, not the application's: they are skipped.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ import psycopg
 
 from common.errors import BottlerError
 from common.pg import client_args
+from common.pgclients import candidates, client_for, major_of
 from common.redact import redact
 
 SKIPPED_TYPES = {"PUBLICATION", "PUBLICATION TABLE", "PUBLICATION TABLES IN SCHEMA",
@@ -60,26 +60,25 @@ class PostData:
 
 
 def pg_dump_problem(server_version: int) -> str | None:
-    """Why ``pg_dump`` cannot dump this server (``server_version_num``), or None."""
-    binary = shutil.which("pg_dump")
-    if binary is None:
+    """Why no ``pg_dump`` here can dump this server (``server_version_num``), or None."""
+    if client_for("pg_dump", server_version) is not None:
+        return None
+    found = [f"{major_of(p)} ({p})" for p in candidates("pg_dump")]
+    if not found:
         return ("pg_dump is not installed: install the PostgreSQL client tools (Debian: "
                 "postgresql-client)")
-    out = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
-    found = re.search(r"(\d+)(?:\.(\d+))?", out)
-    if found is None:
-        return f"cannot read pg_dump's version from {out!r}"
-    major, server_major = int(found.group(1)), server_version // 10000
-    if major < server_major:
-        return (f"pg_dump {major} cannot dump a PostgreSQL {server_major} server: install "
-                f"postgresql-client-{server_major} (or newer) and put its pg_dump first on PATH")
-    return None
+    server_major = server_version // 10000
+    return (f"pg_dump {', '.join(found)} cannot dump a PostgreSQL {server_major} server: install "
+            f"postgresql-client-{server_major} (or newer) and put its pg_dump first on PATH")
 
 
-def dump(source_dsn: str) -> str:
+def dump(source_dsn: str, server_version: int) -> str:
+    program = client_for("pg_dump", server_version)
+    if program is None:
+        raise BottlerError(f"pg_dump: {pg_dump_problem(server_version)}")
     dsn, env = client_args(source_dsn)
     done = subprocess.run(
-        ["pg_dump", "--section=post-data", "--no-owner", "--no-privileges",
+        [str(program), "--section=post-data", "--no-owner", "--no-privileges",
          "--exclude-schema=bottler", "--dbname", dsn],
         capture_output=True, text=True, env=env, timeout=600)
     if done.returncode != 0:

@@ -1,0 +1,155 @@
+"""Large transactions streamed while they run (--stream-large-transactions: pgoutput protocol 2+
+with streaming), staged on the capture's disk until they commit: committed ones arrive whole,
+aborted ones and aborted subtransactions never do, the source spills nothing (side by side with
+protocol 1 on the same workload), and a `kill -9` in the middle of one loses nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+from tests.capture_support import capture_process
+from tests.support import Decoder, execute, read_topic, rows, wait_for, wait_streaming
+
+pytestmark = pytest.mark.pg_matrix  # on PostgreSQL 15 and 18 (tests/conftest.py)
+
+ROWS = 3000  # ~100 bytes each: several times the 64 kB logical_decoding_work_mem set below
+PAYLOAD = "repeat(md5(i::text), 3)"
+
+
+@pytest.fixture
+def small_decoding_memory(source):
+    """The source's logical_decoding_work_mem at its minimum (64 kB): the walsenders of its
+    database stream, or spill, every transaction larger than that."""
+    name = conninfo_to_dict(source)["dbname"]
+    execute(source, f"alter database {name} set logical_decoding_work_mem = '64kB'",
+            "create table big (id int primary key, note text not null, payload text)")
+    return source
+
+
+def slot_stats(dsn: str, slot: str) -> dict[str, int]:
+    return dict(zip(("spill_bytes", "stream_bytes", "stream_txns"), rows(
+        dsn, "select spill_bytes, stream_bytes, stream_txns from pg_stat_replication_slots "
+        f"where slot_name = '{slot}'")[0], strict=True))
+
+
+def decoded(dsn: str, slot: str) -> dict[str, int] | None:
+    """The slot's statistics once they count the workload's large transactions."""
+    stats = slot_stats(dsn, slot)
+    return stats if stats["spill_bytes"] + stats["stream_bytes"] > 0 else None
+
+
+def published(stack, topic: str) -> tuple[dict[int, str], list[str]]:
+    """The topic's last state per id (note), and every note ever published to it."""
+    decoder = Decoder(stack.registry_url)
+    messages = read_topic(stack.kafka, topic)
+    notes = [decoder.value(m)["note"] for m in messages if m.value() is not None]
+    state = {dict(k)["id"]: v["note"] for k, v in decoder.table_state(messages).items()}
+    return state, notes
+
+
+def workload(dsn: str) -> None:
+    """A committed large transaction, an aborted one, and one whose middle subtransaction is
+    rolled back; then a small one, to know when the rest has been decoded."""
+    execute(dsn, f"insert into big select i, 'kept', {PAYLOAD} from generate_series(1, {ROWS}) i")
+    execute(dsn, "begin", f"insert into big select i, 'doomed', {PAYLOAD} "
+            f"from generate_series({ROWS + 1}, {2 * ROWS}) i", "rollback")
+    execute(dsn, "begin",
+            f"insert into big select i, 'kept', {PAYLOAD} "
+            f"from generate_series({2 * ROWS + 1}, {3 * ROWS}) i",
+            "savepoint part",
+            f"insert into big select i, 'doomed', {PAYLOAD} "
+            f"from generate_series({3 * ROWS + 1}, {4 * ROWS}) i",
+            "update big set note = 'doomed' where id <= 10",
+            "rollback to savepoint part",
+            f"update big set note = 'updated' where id between {2 * ROWS + 1} and {2 * ROWS + 10}",
+            "commit")
+    execute(dsn, "insert into big values (0, 'last', null)")
+
+
+def expected_state(dsn: str) -> dict[int, str]:
+    return dict(rows(dsn, "select id, note from big"))
+
+
+def wait_published(stack, topic: str, expected: dict[int, str], proc=None, log=None):
+    """The topic once it holds ``expected``: (its state, every note ever published)."""
+    def arrived():
+        if proc is not None:
+            assert proc.poll() is None, log.read_text()[-3000:]
+        got = published(stack, topic)
+        return got if got[0] == expected else None
+
+    return wait_for(arrived, 120, f"every committed row in {topic}")
+
+
+def test_streamed_transactions_arrive_whole_and_spill_nothing(stack, small_decoding_memory,
+                                                              prefix, start, tmp_path):
+    source = small_decoding_memory
+    streamed, whole = f"{prefix}s", f"{prefix}w"  # the new path and protocol 1, side by side
+    start(slot=streamed, topic_prefix=streamed, stream_large_transactions=True,
+          stream_spool_dir=tmp_path / "spool")
+    start(slot=whole, topic_prefix=whole)
+    wait_streaming(source, streamed)
+    wait_streaming(source, whole)
+
+    workload(source)
+    expected = expected_state(source)
+    assert len(expected) == 2 * ROWS + 1
+    for name in (streamed, whole):
+        _, notes = wait_published(stack, f"{name}.big", expected)
+        assert "doomed" not in notes  # no row of an aborted transaction or subtransaction
+        assert len(notes) == 2 * ROWS + 10 + 1  # each insert once, each committed update once
+
+    stats = {name: wait_for(lambda n=name: decoded(source, n), 60, f"{name}'s statistics")
+             for name in (streamed, whole)}
+    assert stats[streamed]["spill_bytes"] == 0  # the source spilled nothing: it streamed
+    assert stats[streamed]["stream_txns"] >= 2  # 18 skips one that aborted before decoding
+    assert stats[whole]["spill_bytes"] > 4 * ROWS * 100  # protocol 1 spills on the same work
+    assert not any((tmp_path / "spool").iterdir())  # nothing staged is left
+
+
+def test_kill_9_in_the_middle_of_a_streamed_transaction_loses_nothing(
+        stack, small_decoding_memory, prefix, tmp_path):
+    source = small_decoding_memory
+    spool = tmp_path / "spool"
+    args = ["-d", source, "-s", prefix, "-b", stack.kafka, "-r", stack.registry_url,
+            "-p", prefix, "--heartbeat-interval", "1", "--stream-large-transactions",
+            "--stream-spool-dir", str(spool)]
+    log = tmp_path / "capture.log"
+    proc = capture_process(args, log)
+    try:
+        wait_streaming(source, prefix)
+        with psycopg.connect(source) as conn:  # one transaction, open across the crash
+            conn.execute(f"insert into big select i, 'kept', {PAYLOAD} "
+                         f"from generate_series(1, {ROWS}) i")
+            conn.execute("savepoint part")
+            conn.execute(f"insert into big select i, 'doomed', {PAYLOAD} "
+                         f"from generate_series({ROWS + 1}, {2 * ROWS}) i")
+            # WAL is sent once flushed: another transaction's commit flushes this one's so far
+            execute(source, "select pg_logical_emit_message(true, 'flush', '')")
+            wait_for(lambda: staged_bytes(spool) > 64 * 1024, 60,
+                     "the open transaction staged by the capture")
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+            conn.execute("rollback to savepoint part")
+            conn.execute(f"insert into big select i, 'kept', {PAYLOAD} "
+                         f"from generate_series({2 * ROWS + 1}, {3 * ROWS}) i")
+        execute(source, "insert into big values (0, 'last', null)")
+        proc = capture_process(args, log)
+        expected = expected_state(source)
+        assert len(expected) == 2 * ROWS + 1
+        _, notes = wait_published(stack, f"{prefix}.big", expected, proc, log)
+        assert "doomed" not in notes
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+
+
+def staged_bytes(spool: Path) -> int:
+    return sum(f.stat().st_size for f in spool.glob("*.stream")) if spool.exists() else 0

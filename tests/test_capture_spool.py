@@ -1,0 +1,58 @@
+"""The capture's staging of streamed transactions (capture/spool.py): what a Stream Commit
+replays, what a Stream Abort drops, and one capture per directory."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+
+from capture.spool import Spool
+from common.errors import BottlerError
+
+TOP, SUB, OTHER = 700, 701, 900
+
+
+def change(kind: bytes, xid: int, body: bytes) -> bytes:
+    """A streamed message as pgoutput sends it: its kind, its (sub)transaction's xid, a body."""
+    return kind + struct.pack("!I", xid) + body
+
+
+def test_a_commit_replays_in_order_without_the_aborted_subtransactions_changes(tmp_path):
+    spool = Spool(tmp_path / "spool")
+    try:
+        messages = [(10, change(b"R", SUB, b"relation")), (11, change(b"I", TOP, b"kept 1")),
+                    (12, change(b"I", SUB, b"dropped")), (13, change(b"I", TOP, b"kept 2"))]
+        for lsn, data in messages:
+            spool.append(TOP, struct.unpack_from("!I", data, 1)[0], lsn, data)
+        spool.append(OTHER, OTHER, 20, change(b"I", OTHER, b"other"))
+        spool.block_end(TOP)
+        assert spool.open == 2 and spool.bytes > 0
+        spool.abort(TOP, SUB)  # ROLLBACK TO SAVEPOINT: its changes go, its relation stays
+        replayed = list(spool.commit(TOP))
+        assert replayed == [messages[0], messages[1], messages[3]]
+        spool.abort(OTHER, OTHER)  # the whole transaction
+        assert list(spool.commit(OTHER)) == []
+        assert spool.open == 0
+        assert not any((tmp_path / "spool").iterdir())  # nothing staged is left
+    finally:
+        spool.close()
+    assert not (tmp_path / "spool").exists()  # nor the directory, nor a lock file
+
+
+def test_one_capture_per_directory_and_a_killed_ones_files_are_removed(tmp_path):
+    directory = tmp_path / "spool"
+    first = Spool(directory)
+    first.append(TOP, TOP, 1, change(b"I", TOP, b"row"))
+    first.block_end(TOP)
+    with pytest.raises(BottlerError) as refused:
+        Spool(directory)
+    assert "another capture" in refused.value.message
+    assert list(directory.iterdir())  # the first one's files are untouched
+    os.close(first._lock)  # as when its process is killed: the kernel releases the lock
+    second = Spool(directory)
+    try:
+        assert not any(directory.iterdir())  # what the killed run staged is streamed again
+    finally:
+        second.close()
