@@ -14,9 +14,10 @@ COMPOSE := docker compose -f compose/docker-compose.yml
 
 deps: system-deps $(STAMP) jars
 
-# Apache Kafka's jars, pinned in compose/jars/pom.xml, from Maven Central (once; compose/jars.py).
+# Apache Kafka's and OpenSearch's jars, pinned in compose/jars/pom.xml, from Maven Central
+# (once; compose/jars.py, which also compiles the search engine's launcher).
 jars: $(STAMP)
-	@$(BIN)/python -m compose.jars kafka >/dev/null
+	@$(BIN)/python -m compose.jars kafka opensearch >/dev/null
 
 system-deps:
 	@sh compose/system-deps.sh

@@ -1,0 +1,86 @@
+"""OpenSearch for the embedded stack's search API: one node on loopback, security off (OpenSearch
+without its security plugin has none), run from the jars pinned in compose/jars/pom.xml by the
+launcher compiled beside them (compose/jars/opensearch/). Its settings are those of a single
+node on a small machine; docs/stack.md explains each one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from common.errors import BottlerError
+from compose import jars
+
+PROFILE = "opensearch"
+LAUNCHER = "BottlerSearchEngine"  # compose/jars/opensearch/BottlerSearchEngine.java
+HEAP = "512m"  # a 2-core machine; the tests' indices are small, the bench's a million documents
+JVM_OPTIONS = [
+    f"-Xms{HEAP}", f"-Xmx{HEAP}", "-XX:+UseG1GC", "-XX:+ExitOnOutOfMemoryError",
+    "-Djava.awt.headless=true", "-Dfile.encoding=UTF-8", "-Dlog4j2.disable.jmx=true",
+    "-Dlog4j.shutdownHookEnabled=false", "-Dio.netty.allocator.numDirectArenas=0",
+    "-Djava.locale.providers=SPI,COMPAT",  # as OpenSearch's own jvm.options: its date formats
+]
+
+SETTINGS = {
+    "cluster.name": "bottler",
+    "node.name": "bottler",
+    # one node that elects itself, and nothing waits for others
+    "discovery.type": "single-node",
+    "network.host": "127.0.0.1",
+    # a busy shared disk must not turn the stack's indices read-only
+    "cluster.routing.allocation.disk.threshold_enabled": "false",
+    # one copy of each shard: a replica would never be assigned on one node (a yellow cluster)
+    "cluster.default_number_of_replicas": "0",
+    "bootstrap.memory_lock": "false",
+}
+
+
+class SearchEngineNode:
+    """The node's files under ``<stack>/search-engine``: its settings (config/opensearch.yml)
+    and data (node_1/). ``transport_port`` is the node-to-node port, bound on loopback too."""
+
+    def __init__(self, stack: Path, port: int, transport_port: int | None = None,
+                 settings: dict[str, str] | None = None):
+        self.home = stack / "search-engine"
+        self.port = port
+        self.transport_port = transport_port
+        self.extra = settings or {}
+
+    @property
+    def config(self) -> Path:
+        return self.home / "config" / "opensearch.yml"
+
+    def settings(self) -> dict[str, str]:
+        return {
+            **SETTINGS,
+            "http.port": str(self.port),
+            # a free one in the range unless given: several stacks run side by side in tests
+            "transport.port": str(self.transport_port or "9300-9400"),
+            **self.extra,
+        }
+
+    def argv(self, java: str, classpath: str) -> list[str]:
+        return [java, *JVM_OPTIONS, "-cp", classpath, LAUNCHER, str(self.home)]
+
+    def check(self) -> tuple[str, str]:
+        """Refuse what would keep the node from starting, before anything of the stack starts:
+        no Java 17, no jars (fetched and the launcher compiled here if missing). Returns the
+        java binary and the classpath."""
+        return jars.java(), jars.classpath(PROFILE)
+
+    def prepare(self) -> list[str]:
+        """Write the node's settings and return the command that runs it."""
+        java, classpath = self.check()
+        self.config.parent.mkdir(parents=True, exist_ok=True)
+        self.config.write_text(
+            "".join(f"{key}: {_yaml(value)}\n" for key, value in self.settings().items()))
+        return self.argv(java, classpath)
+
+
+def _yaml(value: str) -> str:
+    """A YAML scalar that stays a string (``9300-9400``, ``false``) as OpenSearch parses it."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def missing_jar(output: str) -> BottlerError | None:
+    """A missing jar of OpenSearch's classpath, in one line (compose/jars.py)."""
+    return jars.missing_jar(output, PROFILE, "OpenSearch")
