@@ -28,8 +28,6 @@ SETTINGS = {
     "network.host": "127.0.0.1",
     # a busy shared disk must not turn the stack's indices read-only
     "cluster.routing.allocation.disk.threshold_enabled": "false",
-    # one copy of each shard: a replica would never be assigned on one node (a yellow cluster)
-    "cluster.default_number_of_replicas": "0",
     "bootstrap.memory_lock": "false",
 }
 

@@ -47,9 +47,10 @@ def test_broker_creates_lists_and_compacts_topics(stack):
     assert config["cleanup.policy"].value == "compact"
 
 
-def test_search_api_answers_as_elasticsearch_8(stack):
+def test_search_api_is_opensearch_2(stack):
     info = httpx.get(stack.search_url + "/").json()
-    assert info["version"]["number"].startswith("8.")
+    assert info["version"]["distribution"] == "opensearch"
+    assert info["version"]["number"].startswith("2.")
 
 
 def test_registry_answers(stack):
