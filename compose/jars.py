@@ -33,15 +33,15 @@ def jars_home() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "bottler" / "jars"
 
 
-def java() -> str:
+def java(minimum: int = JAVA_MIN, needs: str = "Kafka and OpenSearch") -> str:
     """The ``java`` to run (``$JAVA_HOME/bin/java``, else the one on PATH), once it is known to
-    be Java 17 or newer."""
+    be Java ``minimum`` or newer (what ``needs`` it, for the message)."""
     home = os.environ.get("JAVA_HOME")
     binary = str(Path(home) / "bin" / "java") if home else shutil.which("java")
-    install = "install a JDK 17 (Debian: apt-get install openjdk-17-jdk-headless) or set JAVA_HOME"
+    install = (f"install a JDK {minimum} (Debian: apt-get install openjdk-{minimum}-jdk-headless)"
+               " or set JAVA_HOME")
     if not binary or not Path(binary).exists():
-        raise BottlerError(f"Java {JAVA_MIN} or newer is needed to run Kafka and OpenSearch; "
-                           "none was found"
+        raise BottlerError(f"Java {minimum} or newer is needed to run {needs}; none was found"
                            + (f" at JAVA_HOME={home}" if home else " on PATH"), install)
     try:
         shown = subprocess.run([binary, "-version"], capture_output=True, text=True,
@@ -49,9 +49,10 @@ def java() -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise BottlerError(f"{binary} does not run ({exc})", install) from None
     version = java_major(shown)
-    if version is None or version < JAVA_MIN:
-        raise BottlerError(f"{binary} is Java {version or 'of an unknown version'}; Kafka and "
-                           f"OpenSearch need Java {JAVA_MIN} or newer", install)
+    if version is None or version < minimum:
+        verb = "needs" if " and " not in needs else "need"
+        raise BottlerError(f"{binary} is Java {version or 'of an unknown version'}; {needs} "
+                           f"{verb} Java {minimum} or newer", install)
     return binary
 
 

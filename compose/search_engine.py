@@ -1,16 +1,44 @@
 """OpenSearch for the embedded stack's search API: one node on loopback, security off (OpenSearch
 without its security plugin has none), run from the jars pinned in compose/jars/pom.xml by the
 launcher compiled beside them (compose/jars/opensearch/). Its settings are those of a single
-node on a small machine; docs/stack.md explains each one."""
+node on a small machine; docs/stack.md explains each one.
+
+``BOTTLER_STACK_SEARCH_ENGINE=opensearch3`` runs OpenSearch 3 instead (it needs Java 21 or newer
+in ``JAVA_HOME``): `make test-opensearch3` runs the search tests against it."""
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from common.errors import BottlerError
 from compose import jars
 
-PROFILE = "opensearch"
+
+@dataclass(frozen=True)
+class Engine:
+    profile: str  # of compose/jars/pom.xml
+    java: int  # the oldest Java it runs on
+    name: str
+    major: int  # the version it answers with
+
+
+ENGINES = {
+    "opensearch": Engine("opensearch", 17, "OpenSearch", 2),
+    "opensearch3": Engine("opensearch3", 21, "OpenSearch 3", 3),
+}
+
+
+def engine() -> Engine:
+    """The engine ``BOTTLER_STACK_SEARCH_ENGINE`` names (OpenSearch 2 by default)."""
+    chosen = os.environ.get("BOTTLER_STACK_SEARCH_ENGINE") or "opensearch"
+    if chosen not in ENGINES:
+        raise BottlerError(f"BOTTLER_STACK_SEARCH_ENGINE={chosen} is no engine the stack runs",
+                           f"choose among {', '.join(ENGINES)}, or unset it")
+    return ENGINES[chosen]
+
+
 LAUNCHER = "BottlerSearchEngine"  # compose/jars/opensearch/BottlerSearchEngine.java
 HEAP = "512m"  # a 2-core machine; the tests' indices are small, the bench's a million documents
 JVM_OPTIONS = [
@@ -61,9 +89,10 @@ class SearchEngineNode:
 
     def check(self) -> tuple[str, str]:
         """Refuse what would keep the node from starting, before anything of the stack starts:
-        no Java 17, no jars (fetched and the launcher compiled here if missing). Returns the
-        java binary and the classpath."""
-        return jars.java(), jars.classpath(PROFILE)
+        no Java new enough, no jars (fetched and the launcher compiled here if missing).
+        Returns the java binary and the classpath."""
+        chosen = engine()
+        return jars.java(chosen.java, chosen.name), jars.classpath(chosen.profile)
 
     def prepare(self) -> list[str]:
         """Write the node's settings and return the command that runs it."""
@@ -81,4 +110,5 @@ def _yaml(value: str) -> str:
 
 def missing_jar(output: str) -> BottlerError | None:
     """A missing jar of OpenSearch's classpath, in one line (compose/jars.py)."""
-    return jars.missing_jar(output, PROFILE, "OpenSearch")
+    chosen = engine()
+    return jars.missing_jar(output, chosen.profile, chosen.name)

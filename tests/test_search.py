@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bottler.cli import app
+from compose import search_engine
 from materializers.core import Change, RejectedChange, TableId
 from materializers.search import fields, indices
 from materializers.search.client import SearchClient, SearchError
@@ -120,7 +121,8 @@ def row(id_, **values):
 def test_every_kind_of_value_is_indexed_and_searchable(client, index):
     flavour = client.flavour()
     # the embedded stack's engine (compose/search_engine.py)
-    assert (flavour.name, flavour.major, flavour.flattened) == ("opensearch", 2, "flat_object")
+    assert (flavour.name, flavour.major, flavour.flattened) == (
+        "opensearch", search_engine.engine().major, "flat_object")
     sink = SearchSink(client, index)
     changes = [upsert(0, row(1, title="Red running shoes", code="a0eebc99", price=Decimal("59.90"),
                              at=1717243200000000, day=19875, ok=True,
