@@ -150,6 +150,21 @@ def test_every_kind_of_value_is_indexed_and_searchable(client, index):
     assert sink.stored_offsets([("p.kinds", 0)]) == {("p.kinds", 0): 2}
 
 
+DOUBLES = [93732.31052470315, 0.1 + 0.2, 5e-324, 1.7976931348623157e308, -2.2250738585072014e-308,
+           123456789.12345679, 1 / 3]
+
+
+def test_doubles_read_back_exactly(client, index):
+    """The engine keeps ``_source`` as sent: every double reads back with every digit (no
+    tolerance anywhere)."""
+    sink = SearchSink(client, index)
+    sink.write([upsert(i, row(i, score=value)) for i, value in enumerate(DOUBLES)],
+               {("p.kinds", 0): len(DOUBLES)})
+    sink.flush()
+    read = {d["id"]: d["score"] for d in documents(sink, KINDS_TABLE)}
+    assert [repr(read[i]) for i in range(len(DOUBLES))] == [repr(v) for v in DOUBLES]
+
+
 def test_a_document_the_cluster_refuses_is_a_rejected_change_and_the_rest_is_written(
         client, index):
     definition = {"mappings": {"properties": {"title": {"type": "integer"}}}}  # overridden
