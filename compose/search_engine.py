@@ -61,12 +61,16 @@ SETTINGS = {
 
 
 class SearchEngineNode:
-    """The node's files under ``<stack>/search-engine``: its settings (config/opensearch.yml)
-    and data (node_1/). ``transport_port`` is the node-to-node port, bound on loopback too."""
+    """The node's files under ``<stack>/search-engine`` (``search-engine-opensearch3`` for that
+    engine): its settings (config/opensearch.yml) and data (node_1/). ``transport_port`` is
+    the node-to-node port, bound on loopback too."""
 
     def __init__(self, stack: Path, port: int, transport_port: int | None = None,
                  settings: dict[str, str] | None = None):
-        self.home = stack / "search-engine"
+        # another engine keeps its data apart: OpenSearch 2 cannot read indices of 3
+        chosen = os.environ.get("BOTTLER_STACK_SEARCH_ENGINE") or "opensearch"
+        self.home = stack / ("search-engine" if chosen == "opensearch" else
+                             f"search-engine-{chosen}")
         self.port = port
         self.transport_port = transport_port
         self.extra = settings or {}
