@@ -10,13 +10,14 @@ STACK_DIR ?= .stack
 STACK  ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo embedded)
 COMPOSE := docker compose -f compose/docker-compose.yml
 
-.PHONY: up down status test test-faults test-busy bench lint deps system-deps jars
+.PHONY: up down status test test-faults test-busy test-opensearch3 bench lint deps system-deps jars
 
 deps: system-deps $(STAMP) jars
 
-# Apache Kafka's jars, pinned in compose/jars/pom.xml, from Maven Central (once; compose/jars.py).
+# Apache Kafka's and OpenSearch's jars, pinned in compose/jars/pom.xml, from Maven Central
+# (once; compose/jars.py, which also compiles the search engine's launcher).
 jars: $(STAMP)
-	@$(BIN)/python -m compose.jars kafka >/dev/null
+	@$(BIN)/python -m compose.jars kafka opensearch >/dev/null
 
 system-deps:
 	@sh compose/system-deps.sh
@@ -61,6 +62,14 @@ test-faults: deps
 # (tests/conftest.py, cpu_hog): the views must keep up on a machine with no idle CPU.
 test-busy: deps
 	BOTTLER_CPU_HOG=1 $(BIN)/pytest tests/test_appliance.py tests/faults
+
+# The search tests against OpenSearch 3 instead of the stack's OpenSearch 2 (the same client
+# claims both): it runs on Java 21 or newer (JAVA25_HOME).
+JAVA25_HOME ?= /usr/lib/jvm/temurin-25-jdk-amd64
+test-opensearch3: deps
+	JAVA_HOME=$(JAVA25_HOME) BOTTLER_STACK_SEARCH_ENGINE=opensearch3 $(BIN)/pytest \
+		tests/test_search.py tests/test_search_ownership.py tests/test_search_reindex.py \
+		tests/test_conformance.py -k "search"
 
 bench: deps
 	$(BIN)/python -m tests.bench

@@ -1,9 +1,11 @@
 """The embedded stack's Java side: a Java runtime that is new enough, and the jars pinned in
 ``compose/jars/pom.xml``, fetched from Maven Central by Maven once and kept in a directory per
 profile and pin set (a changed pin fetches anew; nothing is half-copied: Maven copies into a
-temporary directory that is renamed into place when complete).
+temporary directory that is renamed into place when complete). A profile's own launcher, the
+Java sources in ``compose/jars/<profile>/``, is compiled against its jars into ``classes/``
+there, in the same step.
 
-    python -m compose.jars kafka        # fetch the profile's jars if missing, print their path
+    python -m compose.jars kafka opensearch   # fetch the profiles' jars if missing, print paths
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from common.errors import BottlerError
 
 POM = Path(__file__).parent / "jars" / "pom.xml"
-JAVA_MIN = 17  # Kafka 4's broker needs Java 17
+JAVA_MIN = 17  # Kafka 4's broker and OpenSearch 2 need Java 17
 FETCH_TIMEOUT = 900.0  # seconds: a first fetch on a slow mirror
 
 
@@ -31,14 +33,15 @@ def jars_home() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "bottler" / "jars"
 
 
-def java() -> str:
+def java(minimum: int = JAVA_MIN, needs: str = "Kafka and OpenSearch") -> str:
     """The ``java`` to run (``$JAVA_HOME/bin/java``, else the one on PATH), once it is known to
-    be Java 17 or newer."""
+    be Java ``minimum`` or newer (what ``needs`` it, for the message)."""
     home = os.environ.get("JAVA_HOME")
     binary = str(Path(home) / "bin" / "java") if home else shutil.which("java")
-    install = "install a JDK 17 (Debian: apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
+    install = (f"install a JDK {minimum} (Debian: apt-get install openjdk-{minimum}-jdk-headless)"
+               " or set JAVA_HOME")
     if not binary or not Path(binary).exists():
-        raise BottlerError(f"Java {JAVA_MIN} or newer is needed to run Kafka; none was found"
+        raise BottlerError(f"Java {minimum} or newer is needed to run {needs}; none was found"
                            + (f" at JAVA_HOME={home}" if home else " on PATH"), install)
     try:
         shown = subprocess.run([binary, "-version"], capture_output=True, text=True,
@@ -46,9 +49,10 @@ def java() -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise BottlerError(f"{binary} does not run ({exc})", install) from None
     version = java_major(shown)
-    if version is None or version < JAVA_MIN:
-        raise BottlerError(f"{binary} is Java {version or 'of an unknown version'}; Kafka needs "
-                           f"Java {JAVA_MIN} or newer", install)
+    if version is None or version < minimum:
+        verb = "needs" if " and " not in needs else "need"
+        raise BottlerError(f"{binary} is Java {version or 'of an unknown version'}; {needs} "
+                           f"{verb} Java {minimum} or newer", install)
     return binary
 
 
@@ -61,15 +65,25 @@ def java_major(version_output: str) -> int | None:
     return minor if major == 1 else major
 
 
+def sources(profile: str) -> list[Path]:
+    """The profile's own Java sources (its launcher), if it has any."""
+    return sorted((POM.parent / profile).glob("*.java"))
+
+
 def profile_dir(profile: str) -> Path:
-    """The directory of one profile's jars under the present pins."""
-    pins = hashlib.sha256(POM.read_bytes()).hexdigest()[:12]
-    return jars_home() / f"{profile}-{pins}"
+    """The directory of one profile's jars under the present pins (and launcher sources)."""
+    digest = hashlib.sha256(POM.read_bytes())
+    for source in sources(profile):
+        digest.update(source.read_bytes())
+    return jars_home() / f"{profile}-{digest.hexdigest()[:12]}"
 
 
 def classpath(profile: str) -> str:
-    """The JVM classpath of a profile's jars, fetching them first if they are missing."""
-    return str(fetch(profile) / "*")
+    """The JVM classpath of a profile's jars (and compiled launcher), fetching them first if
+    they are missing."""
+    where = fetch(profile)
+    compiled = [str(where / "classes")] if sources(profile) else []
+    return os.pathsep.join([str(where / "*"), *compiled])
 
 
 def fetch(profile: str) -> Path:
@@ -96,6 +110,8 @@ def fetch(profile: str) -> Path:
                                f"{_maven_error(done.stdout + done.stderr)}",
                                "check that this machine reaches repo.maven.apache.org (or the "
                                "mirror in ~/.m2/settings.xml), then run `make deps` again")
+        if sources(profile):
+            _compile(profile, partial)
         partial.rename(target)
     except subprocess.TimeoutExpired:
         raise BottlerError(f"fetching the {profile} jars took over {FETCH_TIMEOUT:.0f}s",
@@ -103,6 +119,44 @@ def fetch(profile: str) -> Path:
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return target
+
+
+def javac() -> str:
+    """The ``javac`` beside the ``java`` that runs the stack (a JDK's, not a bare runtime's)."""
+    binary = Path(java()).resolve().parent / "javac"
+    if not binary.exists():
+        raise BottlerError(f"the Java at {binary.parent} has no javac: the search engine's "
+                           "launcher is compiled once when its jars are fetched",
+                           "install a JDK (Debian: apt-get install openjdk-17-jdk-headless) or "
+                           "set JAVA_HOME to one")
+    return str(binary)
+
+
+def _compile(profile: str, jar_dir: Path) -> None:
+    """Compile the profile's launcher against its freshly copied jars into ``classes/``."""
+    done = subprocess.run(
+        [javac(), "-nowarn", "-d", str(jar_dir / "classes"), "-cp", str(jar_dir / "*"),
+         *map(str, sources(profile))], capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        first = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[0]
+        raise BottlerError(f"compiling the {profile} launcher failed: {first[:300]}",
+                           f"the jars pinned in {POM} do not fit compose/jars/{profile}/: "
+                           "check the pins")
+
+
+def missing_jar(output: str, profile: str, product: str) -> BottlerError | None:
+    """What a JVM's output says when a jar of a profile's classpath is missing (a class it
+    cannot load: a screenful of stack trace), as one line; None when it says nothing of the
+    kind."""
+    found = re.search(r"(?:ClassNotFoundException|NoClassDefFoundError|load main class)"
+                      r":? ([\w.$/]+)", output)
+    if not found:
+        return None
+    where = profile_dir(profile)
+    return BottlerError(
+        f"{product}'s jars in {where} are incomplete: class {found[1].replace('/', '.')} is "
+        "missing", f"delete that directory (rm -r {where}) and run `make deps` (or `python -m "
+        f"compose.jars {profile}`) to fetch them again")
 
 
 def _maven_error(output: str) -> str:
@@ -117,6 +171,7 @@ def _maven_error(output: str) -> str:
 if __name__ == "__main__":
     try:
         java()
-        print(fetch(sys.argv[1] if len(sys.argv) > 1 else "kafka"))
+        for name in sys.argv[1:] or ["kafka"]:
+            print(fetch(name))
     except BottlerError as exc:
         sys.exit(f"error: {exc}")

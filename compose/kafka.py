@@ -5,7 +5,6 @@ machine; docs/stack.md explains each one."""
 from __future__ import annotations
 
 import base64
-import re
 import subprocess
 import uuid
 from pathlib import Path
@@ -173,14 +172,5 @@ class KafkaNode:
 
 
 def missing_jar(output: str) -> BottlerError | None:
-    """What a JVM's output says when a jar of Kafka's classpath is missing (a class it cannot
-    load: a screenful of stack trace), as one line; None when it says nothing of the kind."""
-    found = re.search(r"(?:ClassNotFoundException|NoClassDefFoundError|load main class)"
-                      r":? ([\w.$/]+)", output)
-    if not found:
-        return None
-    where = jars.profile_dir("kafka")
-    return BottlerError(
-        f"Kafka's jars in {where} are incomplete: class {found[1].replace('/', '.')} is missing",
-        f"delete that directory (rm -r {where}) and run `make deps` (or `python -m "
-        "compose.jars kafka`) to fetch them again")
+    """A missing jar of Kafka's classpath, in one line (compose/jars.py)."""
+    return jars.missing_jar(output, "kafka", "Kafka")

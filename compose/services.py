@@ -1,6 +1,6 @@
-"""The stack's long-running processes other than PostgreSQL: the broker, the registry, and the
-appliance's own processes (capture) that run on them; each under a supervisor that restarts it
-when it fails."""
+"""The stack's long-running processes other than PostgreSQL: the broker, the search engine, the
+registry, and the appliance's own processes (capture) that run on them; each under a supervisor
+that restarts it when it fails."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 
-from common import extras
 from common.errors import BottlerError
 from common.redact import redact
+from compose import search_engine as opensearch
 from compose import supervise
 from compose.kafka import KafkaNode, missing_jar
 from compose.procs import MARK, PidFile, end_marked, port_answers, spawn, terminate, wait_until
@@ -133,14 +133,6 @@ class Service:
         return left
 
 
-def noida_binary() -> Path:
-    """noida-db ships its server as a binary inside the Python package (the stack extra)."""
-    extras.require("stack")
-    import noida_db
-
-    return Path(noida_db.__file__).parent / "noida-db"
-
-
 def kafka_ready(port: int) -> Callable[[], bool]:
     """Ready once the node answers a metadata request with itself as a broker (its port opens
     a moment before it is unfenced)."""
@@ -178,20 +170,27 @@ def broker(root: Path, port: int, controller_port: int, cluster_id: str) -> Serv
     )
 
 
+def search_ready(port: int) -> Callable[[], bool]:
+    """Ready once the node has recovered its cluster state (its HTTP port answers a moment
+    before: with 503s)."""
+    return http_ok(f"http://127.0.0.1:{port}/_cluster/health?wait_for_status=yellow&timeout=1s")
+
+
 def search_engine(root: Path, port: int) -> Service:
-    """The search API: noida-db's Elasticsearch API (answers as 8.15)."""
+    """The search API: one OpenSearch node (compose/search_engine.py)."""
+    node = opensearch.SearchEngineNode(root, port)
     return Service(
         name="search-engine",
-        argv=[
-            str(noida_binary()), "start", "--only", "elasticsearch",
-            "--host", "127.0.0.1", "--elasticsearch-port", str(port),
-            "--data-dir", str(root / "search-engine"),
-        ],
-        marker="noida-db",
-        ready=http_ok(f"http://127.0.0.1:{port}/"),
+        argv=[],  # node.prepare() writes the settings, gives the command
+        prepare=node.prepare,
+        check=node.check,
+        explain=opensearch.missing_jar,
+        marker=opensearch.LAUNCHER,
+        ready=search_ready(port),
         pidfile=root / "run" / "search-engine.pid",
         log=root / "logs" / "search-engine.log",
         stack=root,
+        start_timeout=120.0,  # a JVM loading a search engine on two busy cores
         supervised=True,
     )
 

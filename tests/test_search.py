@@ -10,14 +10,16 @@ import threading
 import urllib.request
 import uuid
 from decimal import Decimal
+from urllib.parse import quote
 
 import pytest
 from typer.testing import CliRunner
 
 from bottler.cli import app
+from compose import search_engine
 from materializers.core import Change, RejectedChange, TableId
 from materializers.search import fields, indices
-from materializers.search.client import SearchClient
+from materializers.search.client import SearchClient, SearchError
 from materializers.search.documents import document_id, key_text
 from materializers.search.sink import SearchSink
 from tests.conformance_search import documents
@@ -118,7 +120,9 @@ def row(id_, **values):
 
 def test_every_kind_of_value_is_indexed_and_searchable(client, index):
     flavour = client.flavour()
-    assert (flavour.name, flavour.major, flavour.flattened) == ("elasticsearch", 8, "flattened")
+    # the embedded stack's engine (compose/search_engine.py)
+    assert (flavour.name, flavour.major, flavour.flattened) == (
+        "opensearch", search_engine.engine().major, "flat_object")
     sink = SearchSink(client, index)
     changes = [upsert(0, row(1, title="Red running shoes", code="a0eebc99", price=Decimal("59.90"),
                              at=1717243200000000, day=19875, ok=True,
@@ -140,9 +144,25 @@ def test_every_kind_of_value_is_indexed_and_searchable(client, index):
     assert ids({"range": {"at": {"gte": "2024-06-01T00:00:00Z", "lt": "2024-06-02"}}}) == [1]
     assert ids({"range": {"day": {"gt": "2100-01-01"}}}) == [2]  # infinity, as epoch millis
     assert ids({"term": {"doc.color": "red"}}) == [1]  # the jsonb document, flattened
+    assert ids({"term": {"doc.value": "2"}}) == [2]  # JSON not an object: under "value"
     assert ids({"term": {"tags": "sport"}}) == [1]
     assert ids({"term": {"ok": True}}) == [1]
     assert sink.stored_offsets([("p.kinds", 0)]) == {("p.kinds", 0): 2}
+
+
+DOUBLES = [93732.31052470315, 0.1 + 0.2, 5e-324, 1.7976931348623157e308, -2.2250738585072014e-308,
+           123456789.12345679, 1 / 3]
+
+
+def test_doubles_read_back_exactly(client, index):
+    """The engine keeps ``_source`` as sent: every double reads back with every digit (no
+    tolerance anywhere)."""
+    sink = SearchSink(client, index)
+    sink.write([upsert(i, row(i, score=value)) for i, value in enumerate(DOUBLES)],
+               {("p.kinds", 0): len(DOUBLES)})
+    sink.flush()
+    read = {d["id"]: d["score"] for d in documents(sink, KINDS_TABLE)}
+    assert [repr(read[i]) for i in range(len(DOUBLES))] == [repr(v) for v in DOUBLES]
 
 
 def test_a_document_the_cluster_refuses_is_a_rejected_change_and_the_rest_is_written(
@@ -248,6 +268,54 @@ def test_stale_writes_never_overwrite_newer_ones(client, index):
     other.flush()
     assert [d["title"] for d in documents(sink, TableId("public", "kinds"))] == ["newer"]
     assert other.stale == 2
+
+
+def test_the_engines_version_conflicts_are_stale_writes_not_failures(client, index):
+    """The engine's own 409 answers (version_conflict_engine_exception per bulk item) are what
+    the sink counts as stale: the document keeps its newer version and text."""
+    sink = SearchSink(client, index)
+    sink.write([upsert(9, row(1, title="newest"))], {("p.kinds", 0): 10})
+    sink.flush()
+    doc_id = quote(document_id(upsert(9, row(1))), safe="")
+    stale = client.request("PUT", f"/{index}/_doc/{doc_id}", {"title": "old"},
+                           params={"version": 3, "version_type": "external_gte"}, ok=(409,))
+    assert stale["error"]["type"] == "version_conflict_engine_exception"
+    sink.write([upsert(4, row(1, title="replayed"))], {("p.kinds", 0): 5})
+    sink.flush()
+    assert sink.stale == 1
+    assert [d["title"] for d in documents(sink, KINDS_TABLE)] == ["newest"]
+
+
+def test_a_rebuilds_refresh_is_off_and_given_back_as_the_mapping_file_set_it(client, index):
+    name = f"{index}-1"
+    indices.create_index(client, name, {"settings": {"index": {"refresh_interval": "7s"}}})
+    setting = f"/{name}/_settings/index.refresh_interval"
+
+    def interval():
+        return client.request("GET", setting)[name]["settings"]["index"]["refresh_interval"]
+
+    previous = indices.pause_refresh(client, name)
+    assert (previous, interval()) == ("7s", "-1")
+    indices.resume_refresh(client, name, previous)
+    assert interval() == "7s"
+    other = f"{index}-2"  # the engine's default: no setting before, none after
+    indices.create_index(client, other, {})
+    indices.resume_refresh(client, other, indices.pause_refresh(client, other))
+    assert client.request("GET", f"/{other}/_settings/index.refresh_interval") in (
+        {}, {other: {"settings": {}}})  # OpenSearch leaves the index out, Elasticsearch not
+
+
+def test_a_mapping_the_engine_refuses_is_one_line_and_creates_nothing(client, index):
+    with pytest.raises(SearchError) as refused:
+        indices.create_index(client, index, {"mappings": {"properties": {
+            "price": {"type": "scaled_float"}}}})  # no scaling_factor
+    assert str(refused.value).startswith(f"the search engine refuses the definition of {index}: ")
+    assert "scaling_factor" in str(refused.value) and "--mapping" in refused.value.hint
+    assert not client.exists(index)
+    indices.create_index(client, index, {"mappings": {"properties": {"n": {"type": "long"}}}})
+    with pytest.raises(SearchError) as conflict:  # a type change needs a new index: a reindex
+        client.request("PUT", f"/{index}/_mapping", {"properties": {"n": {"type": "text"}}})
+    assert conflict.value.error_type == "illegal_argument_exception"
 
 
 TRANSFORM = '''

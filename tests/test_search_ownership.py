@@ -8,10 +8,10 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from elasticsearch import Elasticsearch
 
 from materializers.search import indices
 from materializers.search.client import SearchClient
+from tests import search_api as api
 from tests.support import execute, wait_streaming
 from tests.test_capture_errors import assert_clear_error, bottler
 
@@ -28,10 +28,10 @@ def name():
 
 @pytest.fixture
 def es(stack, name):
-    es = Elasticsearch(stack.search_url)
+    es = SearchClient(stack.search_url)
     yield es
-    for index in es.indices.get(index=f"{name}*", ignore_unavailable=True):
-        es.indices.delete(index=index)
+    for index in api.named(es, f"{name}*"):
+        es.request("DELETE", f"/{index}")
 
 
 def search(stack, prefix, *args: str):
@@ -40,14 +40,13 @@ def search(stack, prefix, *args: str):
                    timeout=120)
 
 
-def users_index(es: Elasticsearch, index: str) -> None:
-    es.indices.create(index=index, mappings={"properties": {"title": {"type": "text"}}})
-    es.index(index=index, id="u1", document={"title": "mine"}, refresh=True)
+def users_index(es: SearchClient, index: str) -> None:
+    api.create(es, index, {"mappings": {"properties": {"title": {"type": "text"}}}})
+    api.put(es, index, "u1", {"title": "mine"})
 
 
-def assert_intact(es: Elasticsearch, index: str) -> None:
-    es.indices.refresh(index=index)
-    hits = es.search(index=index, query={"match_all": {}})["hits"]["hits"]
+def assert_intact(es: SearchClient, index: str) -> None:
+    hits = api.hits(es, index)
     assert [(h["_id"], h["_source"]) for h in hits] == [("u1", {"title": "mine"})]
 
 
@@ -62,7 +61,7 @@ def captured(stack, source, prefix, start):
 def test_an_alias_at_a_users_index_is_neither_written_nor_deleted(stack, captured, prefix,
                                                                    name, es):
     users_index(es, f"{name}-user")
-    es.indices.put_alias(index=f"{name}-user", name=name)
+    api.put_alias(es, f"{name}-user", name)
 
     written = search(stack, prefix, "materialize", "search", "--index", name, "--once")
     assert_clear_error(written, f"{name}-user", "not created by bottler", "--index")
@@ -71,8 +70,8 @@ def test_an_alias_at_a_users_index_is_neither_written_nor_deleted(stack, capture
     assert_clear_error(reindexed, f"{name}-user", "not created by bottler", "--index")
 
     assert_intact(es, f"{name}-user")
-    assert list(es.indices.get_alias(name=name)) == [f"{name}-user"]
-    assert not es.indices.exists(index=f"{name}-1")
+    assert api.aliased(es, name) == [f"{name}-user"]
+    assert not es.exists(f"{name}-1")
 
 
 def test_a_users_index_named_like_a_version_is_left_alone(stack, captured, prefix, name, es):
@@ -81,26 +80,25 @@ def test_a_users_index_named_like_a_version_is_left_alone(stack, captured, prefi
     written = search(stack, prefix, "materialize", "search", "--index", name, "--once")
     assert_clear_error(written, f"{name}-1", "not created by bottler", "--index")
     assert_intact(es, f"{name}-1")
-    assert not es.indices.exists_alias(name=name)
+    assert api.aliased(es, name) == []
 
     # a rebuild takes the next free version, its own; the user's index stays through two
     for _ in range(2):
         reindexed = search(stack, prefix, "reindex", name, "--max-lag", "0",
                            "--handover-timeout", "1")
         assert reindexed.returncode == 0, reindexed.stderr
-    assert sorted(es.indices.get(index=f"{name}-*")) == [f"{name}-1", f"{name}-3"]
-    assert list(es.indices.get_alias(name=name)) == [f"{name}-3"]
-    assert es.count(index=name)["count"] == 20
+    assert api.named(es, f"{name}-*") == [f"{name}-1", f"{name}-3"]
+    assert api.aliased(es, name) == [f"{name}-3"]
+    assert api.count(es, name) == 20
     assert_intact(es, f"{name}-1")
 
 
 def test_an_index_of_an_older_bottler_is_recognised_by_its_offsets(stack, captured, prefix,
                                                                     name, es):
     # as bottler created indices before its mark: no _meta, an offsets document of its uuid
-    es.indices.create(index=f"{name}-1")
-    es.indices.put_alias(index=f"{name}-1", name=name)
-    client = SearchClient(stack.search_url)
-    indices.OffsetStore(client).save(f"{name}-1", client.index_uuid(f"{name}-1"), name, {})
+    api.create(es, f"{name}-1")
+    api.put_alias(es, f"{name}-1", name)
+    indices.OffsetStore(es).save(f"{name}-1", es.index_uuid(f"{name}-1"), name, {})
 
     written = search(stack, prefix, "materialize", "search", "--index", name, "--once")
     assert written.returncode == 0, written.stderr
@@ -108,4 +106,4 @@ def test_an_index_of_an_older_bottler_is_recognised_by_its_offsets(stack, captur
                        "--handover-timeout", "1")
     assert reindexed.returncode == 0, reindexed.stderr
     assert f"{name}-1 deleted" in reindexed.stdout
-    assert sorted(es.indices.get(index=f"{name}-*")) == [f"{name}-2"]
+    assert api.named(es, f"{name}-*") == [f"{name}-2"]

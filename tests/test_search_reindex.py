@@ -11,13 +11,13 @@ from contextlib import contextmanager
 from decimal import Decimal
 
 import pytest
-from elasticsearch import Elasticsearch
 
 from common.errors import BottlerError
 from materializers.search import indices
 from materializers.search.client import SearchClient
 from materializers.search.reader import LiveReader, ReaderOptions
 from materializers.search.reindex import reindex, status
+from tests import search_api as api
 from tests.support import execute, in_thread, rows, wait_for, wait_streaming
 
 SHOP = """
@@ -54,12 +54,11 @@ def live(client, alias, opts):
         yield reader, failure
 
 
-def served(es: Elasticsearch, alias: str) -> dict[int, tuple]:
+def served(es: SearchClient, alias: str) -> dict[int, tuple]:
     """{id: (name, price, stock)} of every product document the alias serves."""
-    if not es.indices.exists_alias(name=alias):
+    if not api.aliased(es, alias):
         return {}
-    es.indices.refresh(index=alias)
-    hits = es.search(index=alias, size=10_000, query={"match_all": {}})["hits"]["hits"]
+    hits = api.hits(es, alias, size=10_000)
     return {h["_source"]["id"]: (h["_source"]["name"], Decimal(repr(h["_source"]["price"])),
                                  h["_source"]["stock"]) for h in hits}
 
@@ -118,7 +117,7 @@ class Searcher(threading.Thread):
 
     def __init__(self, url, alias):
         super().__init__(daemon=True)
-        self.es = Elasticsearch(url)
+        self.es = SearchClient(url, retries=3)
         self.alias = alias
         self.stop = threading.Event()
         self.answers: list[tuple[float, int]] = []  # (time, hits)
@@ -127,8 +126,9 @@ class Searcher(threading.Thread):
     def run(self):
         while not self.stop.is_set():
             try:
-                answer = self.es.search(index=self.alias, query={"match": {"name": "product"}},
-                                        size=0, track_total_hits=True)
+                answer = self.es.request("POST", f"/{self.alias}/_search", {
+                    "query": {"match": {"name": "product"}}, "size": 0,
+                    "track_total_hits": True})
                 self.answers.append((time.monotonic(), answer["hits"]["total"]["value"]))
             except Exception as exc:  # noqa: BLE001 - counted by the test
                 self.errors.append(exc)
@@ -140,7 +140,7 @@ def test_reindex_while_writes_continue_and_the_alias_is_queried(stack, source, p
     execute(source, SHOP)
     start()
     wait_streaming(source, prefix)
-    es = Elasticsearch(stack.search_url)
+    es = SearchClient(stack.search_url)
     opts = options(stack, prefix)
     with live(client, alias, opts) as (reader, failure):
         converge(es, alias, source, failure)
@@ -179,7 +179,7 @@ def test_a_rebuild_without_a_live_reader_creates_the_alias_and_a_later_reader_co
     execute(source, SHOP)
     start()
     wait_streaming(source, prefix)
-    es = Elasticsearch(stack.search_url)
+    es = SearchClient(stack.search_url)
     first = reindex(client, alias, options(stack, prefix), max_lag=0, handover_timeout=1)
     assert (first.old, first.new, first.documents) == (None, f"{alias}-1", 300)
     execute(source, "update products set name = 'renamed' where id = 1",

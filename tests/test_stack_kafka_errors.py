@@ -70,7 +70,8 @@ def format_storage(root: Path, ports: dict[str, int]) -> Stack:
 def test_java_missing_is_one_line_and_nothing_starts(root, tmp_path):
     ports = free_ports()
     done = stack_up(root, ports, JAVA_HOME=str(tmp_path / "no-jdk"))
-    one_error(done, "Java 17 or newer is needed to run Kafka; none was found at JAVA_HOME",
+    one_error(done, "Java 17 or newer is needed to run Kafka and OpenSearch; none was found at "
+              "JAVA_HOME",
               "install a JDK 17")
     nothing_runs(root)
     assert not (root / "pg").exists()  # refused before PostgreSQL was even created
@@ -92,7 +93,8 @@ def test_java_too_old(root, tmp_path):
     fake.chmod(0o755)
     done = stack_up(root, free_ports(), JAVA_HOME=None,
                     PATH=f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
-    one_error(done, f"{fake} is Java 11; Kafka needs Java 17 or newer", "install a JDK 17")
+    one_error(done, f"{fake} is Java 11; Kafka and OpenSearch need Java 17 or newer",
+              "install a JDK 17")
     nothing_runs(root)
 
 

@@ -249,9 +249,19 @@ def float_json(value: float) -> Any:
     return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
 
 
+JSON_VALUE = "value"  # the key a JSON document that is not an object is indexed under
+
+
 def json_document(text: str) -> Any:
-    """A json/jsonb column's document, parsed (numbers with a fraction as floats)."""
-    return json.loads(text)
+    """A json/jsonb column's document, parsed (numbers with a fraction as floats). The flattened
+    types (``flattened``, ``flat_object``) index objects only, an array of objects as several:
+    any other JSON (a scalar, an array holding one) would fail its whole document, so it is
+    indexed as the object ``{"value": document}``."""
+    value = json.loads(text)
+    if value is None or isinstance(value, dict) or (
+            isinstance(value, list) and all(isinstance(item, dict) for item in value)):
+        return value
+    return {JSON_VALUE: value}
 
 
 def _base64(value: bytes) -> str:

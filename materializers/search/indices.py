@@ -77,7 +77,38 @@ def create_index(client: SearchClient, name: str, definition: dict[str, Any]) ->
     body = {"mappings": mappings}
     if definition.get("settings"):
         body["settings"] = definition["settings"]
-    client.request("PUT", f"/{quote(name)}", body)
+    try:
+        client.request("PUT", f"/{quote(name)}", body)
+    except SearchError as exc:
+        if exc.error_type not in REFUSED_DEFINITION:
+            raise
+        raise SearchError(f"the search engine refuses the definition of {name}: "
+                          f"{exc.body['error'].get('reason')}", exc.status, exc.body,
+                          hint="fix the mapping file (--mapping), or the transform that sets "
+                               "those fields") from None
+
+
+# the errors of an index creation refused for its settings or mappings (not a taken name)
+REFUSED_DEFINITION = frozenset({"mapper_parsing_exception", "illegal_argument_exception",
+                                "settings_exception", "x_content_parse_exception"})
+
+
+def pause_refresh(client: SearchClient, name: str) -> Any:
+    """Stop the periodic refresh of ``name`` (a rebuild's index, which nothing searches yet:
+    each refresh would cost it a small segment); returns its setting to give back to
+    :func:`resume_refresh` (None: the engine's default)."""
+    answer = client.request("GET", f"/{quote(name)}/_settings/index.refresh_interval")
+    previous = None
+    for body in answer.values():
+        previous = body.get("settings", {}).get("index", {}).get("refresh_interval")
+    client.request("PUT", f"/{quote(name)}/_settings", {"index": {"refresh_interval": "-1"}})
+    return previous
+
+
+def resume_refresh(client: SearchClient, name: str, previous: Any) -> None:
+    """Give ``name`` back the refresh interval :func:`pause_refresh` took, and refresh it."""
+    client.request("PUT", f"/{quote(name)}/_settings", {"index": {"refresh_interval": previous}})
+    client.refresh(name)
 
 
 def created_by_bottler(client: SearchClient, name: str) -> bool:

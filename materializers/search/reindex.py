@@ -1,12 +1,14 @@
 """`bottler reindex NAME`: rebuild the index behind the alias from offset zero into a new
 physical index while the old one keeps serving, then swap the alias atomically.
 
-1. Create ``NAME-<n+1>`` (the highest version + 1) and read every table topic from offset zero
-   into it with a reader of its own (consumer group ``bottler-search-NAME-<n+1>``). The alias
-   keeps serving ``NAME-<n>``, which the live reader keeps current.
+1. Create ``NAME-<n+1>`` (the highest version + 1), its periodic refresh off, and read every
+   table topic from offset zero into it with a reader of its own (consumer group
+   ``bottler-search-NAME-<n+1>``). The alias keeps serving ``NAME-<n>``, which the live reader
+   keeps current.
 2. Once the new index is less than ``max_lag`` messages behind the topics' ends, stop the
-   rebuild reader (its last batch flushed, its offsets stored with the new index) and move the
-   alias in one ``_aliases`` call: remove from the old index, add to the new one.
+   rebuild reader (its last batch flushed, its offsets stored with the new index), give the
+   index its refresh interval back (refreshing it), and move the alias in one ``_aliases``
+   call: remove from the old index, add to the new one.
 3. The live reader notices the move, releases the old index and continues the new one from the
    rebuild's offsets (reader.LiveReader): every write that landed during the rebuild is in the
    new index once it has caught up those last ``max_lag`` messages.
@@ -63,7 +65,12 @@ def reindex(client: SearchClient, alias: str, options: ReaderOptions, *, max_lag
         + (f" while {old} serves the alias" if old else ""))
     started = time.monotonic()
     indices.create_index(client, new, options.definition)  # fails if another run took the name
-    sink, loop = options.reader(client, new, alias)
+    try:
+        refresh = indices.pause_refresh(client, new)  # given back before the swap
+        sink, loop = options.reader(client, new, alias)
+    except BaseException:
+        indices.delete_index(client, new)
+        raise
     stop = threading.Event()
     failure: list[BaseException] = []
 
@@ -107,7 +114,8 @@ def reindex(client: SearchClient, alias: str, options: ReaderOptions, *, max_lag
         raise
     finish_rebuild()
     behind = sum(v or 0 for v in loop.lag().values())
-    client.refresh(new)  # searchable before it serves: a query on the alias never sees it empty
+    # refreshing again, and refreshed before it serves: a query on the alias never sees it empty
+    indices.resume_refresh(client, new, refresh)
     indices.swap(client, alias, old, new)
     rebuilt = time.monotonic() - started
     documents = client.request("GET", f"/{new}/_count")["count"]
