@@ -393,7 +393,7 @@ def _timed(proc: CaptureProcess, bootstrap: str, topic: str, expected: int, rows
     return Run(took, rows, cpu, rss, from_line=rows / (done - began), notes=[
         f"{rows:,} rows in {took:.1f} s from the process's start, {done - began:.1f} s from its "
         f"line /{line}/ ({began - proc.started_at:.1f} s after the start); its CPU "
-        f"{cpu:.1f} s, peak RSS {rss:.0f} MB (VmHWM, the capture's snapshot workers added); "
+        f"{cpu:.1f} s, peak RSS {rss:.0f} MB (VmHWM; the capture's includes its snapshot workers); "
         f"{note}"])
 
 
