@@ -99,7 +99,7 @@ class Run:
     rows: int
     cpu: float | None = None  # the tool's processes, from their start to done
     rss_mb: float | None = None
-    from_line: float | None = None  # rows/s from the tool's "streaming" log line
+    from_line: float | None = None  # rows/s from its own log line for the start of the work
     notes: list[str] = field(default_factory=list)
 
     @property
