@@ -10,7 +10,8 @@ STACK_DIR ?= .stack
 STACK  ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo embedded)
 COMPOSE := docker compose -f compose/docker-compose.yml
 
-.PHONY: up down status test test-faults test-busy test-opensearch3 bench lint deps system-deps jars
+.PHONY: up down status test test-faults test-busy test-opensearch3 bench bench-peers lint deps \
+	system-deps jars
 
 deps: system-deps $(STAMP) jars
 
@@ -73,6 +74,11 @@ test-opensearch3: deps
 
 bench: deps
 	$(BIN)/python -m tests.bench
+
+# bottler against Debezium in Kafka Connect (tests/bench/peers.py); its jars are fetched first.
+bench-peers: deps
+	@for p in connect debezium-postgres debezium-jdbc; do $(BIN)/python -m compose.jars $$p >/dev/null || exit 1; done
+	$(BIN)/python -m tests.bench.peers
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

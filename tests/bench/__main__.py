@@ -63,6 +63,10 @@ def say(what: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--peers" in argv:  # `make bench-peers`: bottler against Debezium, a bench of its own
+        from tests.bench import peers
+        return peers.main([a for a in argv if a != "--peers"])
     parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__)
     parser.add_argument("--rows", type=int, default=ROWS, help=f"rows per table [{ROWS:,}]")
     parser.add_argument("--scaling", type=_sizes, default=SCALING, metavar="N,N…",
@@ -77,6 +81,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warehouse-only", action="store_true",
                         help="only the warehouse's figures (the Spark job on the stack, the "
                              "MERGE against an append, the driver's RSS)")
+    parser.add_argument("--peers", action="store_true",
+                        help="bottler against Debezium instead (tests/bench/peers.py; its own "
+                             "options follow, see python -m tests.bench.peers --help)")
     parser.add_argument("--migration-only", action="store_true",
                         help="only the migration figures: the initial copy against pg_dump | "
                              "psql, the cutover's downtime, the verify rate")
