@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from xml.etree import ElementTree
 
 from common.errors import BottlerError
 
@@ -71,11 +72,22 @@ def sources(profile: str) -> list[Path]:
 
 
 def profile_dir(profile: str) -> Path:
-    """The directory of one profile's jars under the present pins (and launcher sources)."""
-    digest = hashlib.sha256(POM.read_bytes())
+    """The directory of one profile's jars under its present pins (and launcher sources)."""
+    digest = hashlib.sha256(_pins(profile))
     for source in sources(profile):
         digest.update(source.read_bytes())
     return jars_home() / f"{profile}-{digest.hexdigest()[:12]}"
+
+
+def _pins(profile: str) -> bytes:
+    """What decides a profile's jars: the pom's shared properties and build, and the profile's
+    own block (so that pinning another profile does not fetch this one again)."""
+    namespace = {"m": "http://maven.apache.org/POM/4.0.0"}
+    root = ElementTree.fromstring(POM.read_bytes())
+    blocks = [root.find("m:properties", namespace), root.find("m:build", namespace),
+              *(p for p in root.iterfind("m:profiles/m:profile", namespace)
+                if p.findtext("m:id", namespaces=namespace) == profile)]
+    return b"".join(ElementTree.tostring(block) for block in blocks if block is not None)
 
 
 def classpath(profile: str) -> str:
