@@ -241,14 +241,16 @@ def stack_up(
     """Start PostgreSQL, the broker (Apache Kafka), the search engine and the registry, and the
     apps; idempotent."""
     s = load(StackUpSettings, locals())
-    extras.require("stack")  # before anything starts
     names = ("postgres", "kafka", "kafka_controller", "registry", "search", "metrics",
              "replica_metrics", "search_metrics", "warehouse_metrics", "translator_metrics",
              "load_metrics")
     ports = {name: getattr(s, f"{name}_port") for name in names}
     stack = _stack(s.dir, ports, s.pg_version)
-    outcome = stack.up(stack.APPS if s.all else tuple(s.app), demo=s.demo,
-                       instances=_instances(s.instances))
+    apps = stack.APPS if s.all else tuple(s.app)
+    for app in ("search", "warehouse"):  # before anything starts: what the app needs installed
+        if app in apps:
+            extras.require(app)
+    outcome = stack.up(apps, demo=s.demo, instances=_instances(s.instances))
     _print_stack(stack, outcome)
     out.print(f"Endpoints are in [bold]{stack.env_file}[/]; load them with "
               f"[bold]. {_relative(stack.env_file)}[/]")

@@ -22,7 +22,6 @@ DISTRIBUTION = "bottler-cdc"  # "bottler" on PyPI is an unrelated project
 EXTRAS: dict[str, tuple[str, ...]] = {
     "search": ("urllib3",),
     "warehouse": ("pyspark", "delta", "deltalake", "pyarrow"),
-    "stack": ("noida_db",),
 }
 
 

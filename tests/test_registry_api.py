@@ -11,13 +11,13 @@ import uuid
 from pathlib import Path
 
 import httpx
-import noida_db
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient, SchemaRegistryError
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from schemas.registry.compatibility import LEVELS
+from tests.kafka_node import own_kafka
 
 pytestmark = pytest.mark.stack
 
@@ -263,24 +263,14 @@ def wait_for(predicate, what: str, timeout: float = 30.0) -> None:
     raise AssertionError(f"{what} not ready within {timeout:.0f}s")
 
 
-def port_answers(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
-
-
-def spawn(argv: list[str], log: Path, started: list[subprocess.Popen]) -> subprocess.Popen:
+def spawn(argv: list[str], log: Path) -> subprocess.Popen:
     with log.open("ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-    started.append(proc)
-    return proc
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
 
 
 def stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)  # noida-db saves and stops; uvicorn shuts down
+        proc.send_signal(signal.SIGINT)  # uvicorn shuts down
         try:
             proc.wait(15)
         except subprocess.TimeoutExpired:
@@ -296,42 +286,35 @@ def answers(url: str) -> bool:
 
 
 def test_unwritable_store_answers_50001_and_recovers(tmp_path):
-    kafka_port, http_port = free_port(), free_port()
-    bootstrap, url = f"127.0.0.1:{kafka_port}", f"http://127.0.0.1:{http_port}"
-    broker_argv = [
-        str(Path(noida_db.__file__).parent / "noida-db"), "start", "--only", "kafka",
-        "--kafka-port", str(kafka_port), "--data-dir", str(tmp_path / "broker"),
-    ]
-    registry_argv = [
-        sys.executable, "-m", "schemas.registry", "--port", str(http_port), "--kafka", bootstrap,
-    ]
-    started: list[subprocess.Popen] = []
-    try:
-        kafka = spawn(broker_argv, tmp_path / "broker.log", started)
-        wait_for(lambda: port_answers(kafka_port), "broker")
-        registry = spawn(registry_argv, tmp_path / "registry.log", started)
-        wait_for(lambda: registry.poll() is not None or answers(url), "registry")
-        assert registry.poll() is None, (tmp_path / "registry.log").read_text()
-        first = httpx.post(f"{url}/subjects/a-value/versions", json={"schema": V1}).json()
+    http_port = free_port()
+    url = f"http://127.0.0.1:{http_port}"
+    with own_kafka() as kafka:  # a broker of its own to stop
+        bootstrap = kafka.bootstrap
+        registry = spawn([sys.executable, "-m", "schemas.registry", "--port", str(http_port),
+                          "--kafka", bootstrap], tmp_path / "registry.log")
+        try:
+            wait_for(lambda: registry.poll() is not None or answers(url), "registry", 60)
+            assert registry.poll() is None, (tmp_path / "registry.log").read_text()
+            first = httpx.post(f"{url}/subjects/a-value/versions", json={"schema": V1}).json()
 
-        stop(kafka)
-        refused = httpx.post(f"{url}/subjects/b-value/versions", json={"schema": V2}, timeout=60)
-        assert refused.status_code == 500
-        assert refused.json()["error_code"] == 50001
-        assert bootstrap in refused.json()["message"]
-        assert "Traceback" not in refused.text
-        # Reads are still served from memory.
-        assert httpx.get(f"{url}/schemas/ids/{first['id']}").status_code == 200
+            kafka.stop()
+            refused = httpx.post(f"{url}/subjects/b-value/versions", json={"schema": V2},
+                                 timeout=60)
+            assert refused.status_code == 500
+            assert refused.json()["error_code"] == 50001
+            assert bootstrap in refused.json()["message"]
+            assert "Traceback" not in refused.text
+            # Reads are still served from memory.
+            assert httpx.get(f"{url}/schemas/ids/{first['id']}").status_code == 200
 
-        spawn(broker_argv, tmp_path / "broker.log", started)
-        wait_for(lambda: port_answers(kafka_port), "broker")
-        again = httpx.post(f"{url}/subjects/b-value/versions", json={"schema": V2}, timeout=60)
-        assert again.status_code == 200, again.text
-        assert again.json()["id"] == first["id"] + 1
-        assert httpx.get(f"{url}/subjects").json() == ["a-value", "b-value"]
-    finally:
-        for proc in reversed(started):
-            stop(proc)
+            kafka.start()
+            again = httpx.post(f"{url}/subjects/b-value/versions", json={"schema": V2},
+                               timeout=60)
+            assert again.status_code == 200, again.text
+            assert again.json()["id"] == first["id"] + 1
+            assert httpx.get(f"{url}/subjects").json() == ["a-value", "b-value"]
+        finally:
+            stop(registry)
 
 
 # -- request sizes ---------------------------------------------------------------------------
