@@ -14,9 +14,11 @@ COMPOSE := docker compose -f compose/docker-compose.yml
 
 deps: system-deps $(STAMP) jars
 
-# Apache Kafka's jars, pinned in compose/jars/pom.xml, from Maven Central (once; compose/jars.py).
+# The jars pinned in compose/jars/pom.xml, from Maven Central (once; compose/jars.py): Apache
+# Kafka's, and the warehouse's Spark ones (Kafka source, spark-avro, delta-spark).
 jars: $(STAMP)
 	@$(BIN)/python -m compose.jars kafka >/dev/null
+	@$(BIN)/python -m compose.jars spark >/dev/null
 
 system-deps:
 	@sh compose/system-deps.sh
