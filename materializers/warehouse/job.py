@@ -110,7 +110,11 @@ def spark_session(master: str = "local[2]", app: str = "bottler-warehouse",
                    .config("spark.sql.catalog.spark_catalog",
                            "org.apache.spark.sql.delta.catalog.DeltaCatalog")
                    # Delta's log replay: 50 partitions by default, each a task
-                   .config("spark.databricks.delta.snapshotPartitions", "2"))
+                   .config("spark.databricks.delta.snapshotPartitions", "2")
+                   # Parquet's own microsecond timestamps, as delta-rs writes them: Spark's
+                   # default INT96 reads back (delta-rs, DuckDB) as nanoseconds, whose range
+                   # stops at the years 1677 and 2262
+                   .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS"))
     spark = jvm.start(builder)
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(KafkaRanges)
