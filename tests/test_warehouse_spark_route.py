@@ -9,13 +9,15 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
 from common.errors import BottlerError
 from materializers.warehouse import jars
 from materializers.warehouse.delta import open_table
 from materializers.warehouse.job import spark_session
 from materializers.warehouse.native import SparkRoute, java_properties
-from tests.support import execute, wait_streaming
+from schemas.topics import DEAD_LETTER, with_prefix
+from tests.support import execute, read_topic, wait_streaming
 
 SHOP = """
 create table items (id int primary key, name text, price numeric(10,2), at timestamptz,
@@ -106,6 +108,15 @@ def test_the_spark_route_loads_merges_and_resumes_from_delta(spark, stack, sourc
     versions = {t: open_table(root / "public" / t).version() for t in QUERIES}
     load(spark, stack, root, prefix)  # nothing new: no commit
     assert {t: open_table(root / "public" / t).version() for t in QUERIES} == versions
+    # a message that does not decode: set aside with its place, the rest merged
+    producer = Producer({"bootstrap.servers": stack.kafka})
+    producer.produce(f"{prefix}.items", key=b"not avro", value=b"\x00\x00\x00\x7f\xffjunk")
+    producer.flush(30)
+    execute(source, "update items set name = 'after the poison' where id = 3")
+    converge(spark, stack, root, prefix, source)
+    dead = read_topic(stack.kafka, with_prefix(prefix, DEAD_LETTER))
+    assert [m.value() for m in dead] == [b"\x00\x00\x00\x7f\xffjunk"]
+    assert dict(dead[0].headers())["bottler.topic"] == f"{prefix}.items".encode()
 
 
 def test_a_jar_missing_or_not_matching_is_one_line_naming_the_pin(tmp_path):

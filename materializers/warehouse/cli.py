@@ -19,6 +19,10 @@ from common.options import option
 from common.signals import stop_on_signals
 
 log = logging.getLogger(__name__)
+
+# The continuous job's trigger, per route: the spark route commits per table and trigger, and a
+# Delta table wants few commits (each one a log entry and a file), so it waits longer.
+INTERVALS = {"python": 1.0, "spark": 10.0}
 warehouse_app = typer.Typer(no_args_is_help=True, help="Maintain the Delta warehouse tables.")
 
 PATH = typer.Option(..., "--path", envvar="BOTTLER_WAREHOUSE_PATH",
@@ -34,7 +38,7 @@ class WarehouseSettings(options.ViewSettings, MetricsSettings):
     # Loopback unless asked: the driver's ports take unauthenticated connections.
     driver_host: str = Field("127.0.0.1", validation_alias=env("BOTTLER_SPARK_DRIVER_HOST"))
     max_messages: int = Field(1_000_000, ge=1)
-    interval: float = Field(1.0, gt=0)
+    interval: float | None = Field(None, gt=0)  # default: INTERVALS[route]
     route: Literal["python", "spark"] = Field("python",
                                               validation_alias=env("BOTTLER_WAREHOUSE_ROUTE"))
 
@@ -58,7 +62,7 @@ def materialize_warehouse(
     max_messages: int | None = option("--max-messages", help="Offsets per partition per "
                                       "micro-batch, at most [default: 1000000]"),
     interval: float | None = option("--interval", help="Seconds between micro-batches when "
-                                    "idle [default: 1]"),
+                                    "idle [default: 1; 10 with --route spark]"),
     route: str | None = option("--route", help="python: today's job (Python workers decode, "
                                "delta-rs merges); spark: Spark's Kafka source, from_avro and "
                                "delta-spark's MERGE (docs/warehouse.md) [default: python] "
@@ -105,7 +109,7 @@ def materialize_warehouse(
                        f"letters into {path}")
             return
         stop = stop_on_signals()
-        job.run(stop, s.interval)
+        job.run(stop, s.interval or INTERVALS[s.route])
     finally:
         job.close()
         jvm.stop(spark)

@@ -114,7 +114,9 @@ def spark_session(master: str = "local[2]", app: str = "bottler-warehouse",
                    # Parquet's own microsecond timestamps, as delta-rs writes them: Spark's
                    # default INT96 reads back (delta-rs, DuckDB) as nanoseconds, whose range
                    # stops at the years 1677 and 2262
-                   .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS"))
+                   .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+                   # timestamps without time zone read and written as they are (native.py)
+                   .config("spark.sql.session.timeZone", "UTC"))
     spark = jvm.start(builder)
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(KafkaRanges)

@@ -166,12 +166,15 @@ def decoded(column: str, writers: dict[int, str], reader: dict) -> Any:
 
 def _clamped(c: Any, lo: int, hi: int, neg: int, pos: int, kind: str) -> Any:
     """±infinity (the int extremes) to the ends of Delta's range, as types.py does; a finite
-    value outside it is null here, and its row a poison row (:func:`unfit`)."""
+    value outside it is null here, and its row a poison row (:func:`column`). ``kind``: date,
+    timestamp or timestamp_ntz (read as UTC: the session's time zone, job.spark_session)."""
     from pyspark.sql import functions as F  # noqa: N812
 
-    raw = F.unix_date(c) if kind == "date" else F.unix_micros(c)
-    to = (lambda v: F.date_from_unix_date(F.lit(v))) if kind == "date" else \
-        (lambda v: F.timestamp_micros(F.lit(v)))
+    if kind == "date":
+        raw, to = F.unix_date(c), lambda v: F.date_from_unix_date(F.lit(v))
+    else:
+        raw = F.unix_micros(c.cast("timestamp"))
+        to = lambda v: F.timestamp_micros(F.lit(v)).cast(kind)  # noqa: E731
     return (F.when(raw == pos, to(hi)).when(raw == neg, to(lo))
             .when((raw >= lo) & (raw <= hi), c))
 
@@ -202,7 +205,8 @@ def column(avro: Any, c: Any, named: dict) -> tuple[Any, Any]:
             fit = _clamped(c, DATE_MIN, DATE_MAX, INT_MIN, INT_MAX, "date")
             return fit, c.isNotNull() & fit.isNull()
         if kind == "long" and logical in ("timestamp-micros", "local-timestamp-micros"):
-            fit = _clamped(c, TS_MIN, TS_MAX, LONG_MIN, LONG_MAX, "timestamp")
+            fit = _clamped(c, TS_MIN, TS_MAX, LONG_MIN, LONG_MAX,
+                           "timestamp" if logical == "timestamp-micros" else "timestamp_ntz")
             return fit, c.isNotNull() & fit.isNull()
         if kind == "enum":
             return c.cast("string"), None
