@@ -17,7 +17,7 @@ from materializers.warehouse.delta import open_table
 from materializers.warehouse.job import spark_session
 from materializers.warehouse.native import SparkRoute, java_properties
 from schemas.topics import DEAD_LETTER, with_prefix
-from tests.support import execute, read_topic, wait_streaming
+from tests.support import execute, in_thread, read_topic, wait_for, wait_streaming
 
 SHOP = """
 create table items (id int primary key, name text, price numeric(10,2), at timestamptz,
@@ -117,6 +117,16 @@ def test_the_spark_route_loads_merges_and_resumes_from_delta(spark, stack, sourc
     dead = read_topic(stack.kafka, with_prefix(prefix, DEAD_LETTER))
     assert [m.value() for m in dead] == [b"\x00\x00\x00\x7f\xffjunk"]
     assert dict(dead[0].headers())["bottler.topic"] == f"{prefix}.items".encode()
+    # the continuous job: a processing-time trigger picks up what comes, then stops when told
+    route = SparkRoute(spark, root, bootstrap=stack.kafka, registry=stack.registry_url,
+                       prefix=prefix)
+    try:
+        with in_thread(lambda stop: route.run(stop, 1.0)):
+            execute(source, "update items set name = 'continuous' where id = 4")
+            wait_for(lambda: delta_rows(root, "items") == source_rows(source, "items"), 120,
+                     "the continuous job's merge")
+    finally:
+        route.close()
 
 
 def test_a_jar_missing_or_not_matching_is_one_line_naming_the_pin(tmp_path):
