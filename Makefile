@@ -15,10 +15,11 @@ COMPOSE := docker compose -f compose/docker-compose.yml
 
 deps: system-deps $(STAMP) jars
 
-# Apache Kafka's and OpenSearch's jars, pinned in compose/jars/pom.xml, from Maven Central
-# (once; compose/jars.py, which also compiles the search engine's launcher).
+# The jars pinned in compose/jars/pom.xml, from Maven Central (once; compose/jars.py, which also
+# compiles the search engine's launcher): Apache Kafka's, OpenSearch's, and the warehouse's
+# Spark ones (Kafka source, spark-avro, delta-spark).
 jars: $(STAMP)
-	@$(BIN)/python -m compose.jars kafka opensearch >/dev/null
+	@$(BIN)/python -m compose.jars kafka opensearch spark >/dev/null
 
 system-deps:
 	@sh compose/system-deps.sh

@@ -7,6 +7,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Literal
 
 import typer
 from pydantic import Field
@@ -18,6 +19,10 @@ from common.options import option
 from common.signals import stop_on_signals
 
 log = logging.getLogger(__name__)
+
+# The continuous job's trigger, per route: the spark route commits per table and trigger, and a
+# Delta table wants few commits (each one a log entry and a file), so it waits longer.
+INTERVALS = {"python": 1.0, "spark": 10.0}
 warehouse_app = typer.Typer(no_args_is_help=True, help="Maintain the Delta warehouse tables.")
 
 PATH = typer.Option(..., "--path", envvar="BOTTLER_WAREHOUSE_PATH",
@@ -33,7 +38,9 @@ class WarehouseSettings(options.ViewSettings, MetricsSettings):
     # Loopback unless asked: the driver's ports take unauthenticated connections.
     driver_host: str = Field("127.0.0.1", validation_alias=env("BOTTLER_SPARK_DRIVER_HOST"))
     max_messages: int = Field(1_000_000, ge=1)
-    interval: float = Field(1.0, gt=0)
+    interval: float | None = Field(None, gt=0)  # default: INTERVALS[route]
+    route: Literal["python", "spark"] = Field("python",
+                                              validation_alias=env("BOTTLER_WAREHOUSE_ROUTE"))
 
 
 def materialize_warehouse(
@@ -55,7 +62,11 @@ def materialize_warehouse(
     max_messages: int | None = option("--max-messages", help="Offsets per partition per "
                                       "micro-batch, at most [default: 1000000]"),
     interval: float | None = option("--interval", help="Seconds between micro-batches when "
-                                    "idle [default: 1]"),
+                                    "idle [default: 1; 10 with --route spark]"),
+    route: str | None = option("--route", help="python: today's job (Python workers decode, "
+                               "delta-rs merges); spark: Spark's Kafka source, from_avro and "
+                               "delta-spark's MERGE (docs/warehouse.md) [default: python] "
+                               "[env: BOTTLER_WAREHOUSE_ROUTE]"),
     metrics_port: int | None = options.MetricsPort,
     metrics_host: str | None = options.MetricsHost,
     config: Path | None = options.Config,
@@ -73,22 +84,32 @@ def materialize_warehouse(
     logging.getLogger("py4j").setLevel(logging.WARNING)
     started = time.monotonic()
     try:
-        spark = spark_session(s.master, driver_host=s.driver_host)
+        spark = spark_session(s.master, driver_host=s.driver_host, route=s.route)
     except jvm.Stopped as stopped:
         log.info("warehouse %s", stopped)
         return
     log.info("warehouse: Spark started in %.1f s", time.monotonic() - started)
-    job = WarehouseJob(spark, str(path), bootstrap=s.kafka, registry=s.schema_registry,
-                       prefix=s.topic_prefix, topics=s.topics or None, on_poison=s.on_poison,
-                       max_messages=s.max_messages)
+    if s.route == "spark":
+        from materializers.warehouse.job import prefix_root
+        from materializers.warehouse.native import SparkRoute
+
+        job = SparkRoute(spark, prefix_root(path, s.topic_prefix), bootstrap=s.kafka,
+                         registry=s.schema_registry, prefix=s.topic_prefix,
+                         topics=s.topics or None, on_poison=s.on_poison,
+                         max_messages=s.max_messages)
+    else:
+        job = WarehouseJob(spark, str(path), bootstrap=s.kafka, registry=s.schema_registry,
+                           prefix=s.topic_prefix, topics=s.topics or None,
+                           on_poison=s.on_poison, max_messages=s.max_messages)
     try:
         if s.once:
             total = job.run_until_caught_up()
-            typer.echo(f"warehouse load done: {total.changes} changes, {total.truncates} "
-                       f"truncates, {total.dead_letters} dead letters into {path}")
+            typer.echo(f"warehouse load done: {total.changes} changes, "
+                       f"{getattr(total, 'truncates', 0)} truncates, {total.dead_letters} dead "
+                       f"letters into {path}")
             return
         stop = stop_on_signals()
-        job.run(stop, s.interval)
+        job.run(stop, s.interval or INTERVALS[s.route])
     finally:
         job.close()
         jvm.stop(spark)

@@ -68,19 +68,23 @@ log = logging.getLogger(__name__)
 # The driver's JVM (executors too, in local mode) starts in about half the time with C1 only
 # and the serial collector; its own work is small (the Python workers decode and stage).
 JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto"
+# The spark route (native.py) decodes and merges in the JVM: it needs the optimising compiler.
+JVM_OPTIONS_SPARK = "-XX:+UseParallelGC -Xshare:auto"
 STOP_TIMEOUT = "10000"  # ms a stopped query waits for its batch (atomic commits, or replayed)
 DRIVER_HOST = "127.0.0.1"  # where the driver listens unless --driver-host says otherwise
 STAGING = "_bottler_staging"  # under the warehouse: each batch's staged rows, removed after it
 
 
 def spark_session(master: str = "local[2]", app: str = "bottler-warehouse",
-                  driver_host: str = DRIVER_HOST):
+                  driver_host: str = DRIVER_HOST, route: str = "python"):
     """A Spark session whose Python workers run this interpreter (so they import bottler), with
     the ``bottler_kafka`` data source registered. Its JVM dies with this process; SIGTERM or
     SIGINT during the start ends it and raises :class:`jvm.Stopped`; end the session with
     :func:`jvm.stop`. The driver's RPC and block manager (unauthenticated) listen on
     ``driver_host`` only: loopback unless asked (executors elsewhere need an address they reach);
-    Spark's own default is the machine's network address."""
+    Spark's own default is the machine's network address. ``route="spark"`` (native.py) adds
+    the jars of Spark's Kafka source, spark-avro and delta-spark (jars.py) and Delta's SQL
+    extension."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # the address Spark takes for this machine's (its other parts, its log): the driver's too
@@ -94,9 +98,25 @@ def spark_session(master: str = "local[2]", app: str = "bottler-warehouse",
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.driver.memory", "2g")
-               .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
+               .config("spark.driver.extraJavaOptions",
+                       JVM_OPTIONS_SPARK if route == "spark" else JVM_OPTIONS)
                .config("spark.sql.streaming.stopTimeout", STOP_TIMEOUT)
                .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
+    if route == "spark":
+        from materializers.warehouse.jars import spark_jars
+
+        builder = (builder.config("spark.jars", ",".join(spark_jars()))
+                   .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+                   .config("spark.sql.catalog.spark_catalog",
+                           "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+                   # Delta's log replay: 50 partitions by default, each a task
+                   .config("spark.databricks.delta.snapshotPartitions", "2")
+                   # Parquet's own microsecond timestamps, as delta-rs writes them: Spark's
+                   # default INT96 reads back (delta-rs, DuckDB) as nanoseconds, whose range
+                   # stops at the years 1677 and 2262
+                   .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+                   # timestamps without time zone read and written as they are (native.py)
+                   .config("spark.sql.session.timeZone", "UTC"))
     spark = jvm.start(builder)
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(KafkaRanges)

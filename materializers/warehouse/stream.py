@@ -51,13 +51,18 @@ def parse(offsets: dict[str, int]) -> dict[TopicPartition, int]:
     return out
 
 
-def batch_ends(checkpoint: Path, batch_id: int) -> dict[TopicPartition, int]:
-    """The end offsets of batch ``batch_id``, from the query's offset log."""
+def batch_ends(checkpoint: Path, batch_id: int,
+               kafka: bool = False) -> dict[TopicPartition, int]:
+    """The end offsets of batch ``batch_id``, from the query's offset log: this module's
+    source's, or (``kafka``) Spark's Kafka source's (``{"topic": {"partition": end}}``)."""
     lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
     if len(lines) < 3 or not lines[0].startswith("v"):
         raise RuntimeError(f"unexpected Spark offset log format in {checkpoint}/offsets/"
                            f"{batch_id}: {lines[:1]}")
-    return parse(json.loads(lines[2]))
+    found = json.loads(lines[2])
+    if kafka:
+        return {(t, int(p)): end for t, ends in found.items() for p, end in ends.items()}
+    return parse(found)
 
 
 class Marks(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -1,0 +1,160 @@
+"""The warehouse's spark route (``--route spark``, materializers/warehouse/native.py): Spark's
+Kafka source, from_avro and delta-spark's MERGE, on a real capture; the Delta tables read back
+with delta-rs (the independent reader) and compared with the source; a rerun with nothing new
+commits nothing; and the jar pins checked in one line."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from common.errors import BottlerError
+from materializers.warehouse import jars
+from materializers.warehouse.delta import open_table
+from materializers.warehouse.job import spark_session
+from materializers.warehouse.native import SparkRoute, java_properties
+from schemas.topics import DEAD_LETTER, with_prefix
+from tests.support import execute, in_thread, read_topic, wait_for, wait_streaming
+
+SHOP = """
+create table items (id int primary key, name text, price numeric(10,2), at timestamptz,
+                    day date);
+insert into items select g, 'item ' || g, g / 4.0,
+                         '2024-06-01 12:00+02'::timestamptz + g * '1h'::interval,
+                         '2024-01-01'::date + g
+  from generate_series(1, 300) g;
+create table log (at int, what text);
+insert into log select g, 'line ' || g from generate_series(1, 40) g;
+"""
+LOAD = [
+    *[f"update items set name = 'n{i}', price = {i} where id = {i % 7 + 1}" for i in range(60)],
+    "delete from items where id between 100 and 150",
+    "insert into log values (41, 'more'), (41, 'more')",
+    "insert into items values (1000, 'new', 1, '-infinity', 'infinity')",
+    "delete from items where id = 2",
+    "insert into items (id, name) values (2, 'again')",
+]
+CLAMPED = ("case when at = '-infinity' then '0001-01-01 00:00+00' when at = 'infinity' then "
+           "'9999-12-31 23:59:59.999999+00' else at end as at, case when day = '-infinity' then "
+           "'0001-01-01' when day = 'infinity' then '9999-12-31' else day end as day")
+QUERIES = {"items": f"select id, name, price, {CLAMPED} from items",
+           "log": "select at, what from log"}
+COLUMNS = {"items": ["id", "name", "price", "at", "day"], "log": ["at", "what"]}
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = spark_session("local[2]", route="spark")
+    yield session
+    session.stop()
+
+
+def source_rows(dsn: str, table: str) -> list[tuple]:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        conn.execute("set timezone = 'UTC'")
+        return sorted(conn.execute(QUERIES[table]).fetchall(), key=repr)
+
+
+def delta_rows(root: Path, table: str) -> list[tuple]:
+    delta = open_table(root / "public" / table)
+    if delta is None:
+        return []
+    rows = delta.to_pyarrow_table(columns=COLUMNS[table]).to_pylist()
+    return sorted((tuple(r[c] for c in COLUMNS[table]) for r in rows), key=repr)
+
+
+def load(spark, stack, root: Path, prefix: str) -> None:
+    route = SparkRoute(spark, root, bootstrap=stack.kafka, registry=stack.registry_url,
+                       prefix=prefix)
+    try:
+        route.run_until_caught_up()
+    finally:
+        route.close()
+
+
+def converge(spark, stack, root: Path, prefix: str, source: str, timeout=120) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        load(spark, stack, root, prefix)
+        diff = {t: (delta_rows(root, t), source_rows(source, t)) for t in QUERIES}
+        if all(a == b for a, b in diff.values()):
+            return
+        if time.monotonic() > deadline:
+            bad = {t: (len(a), len(b)) for t, (a, b) in diff.items() if a != b}
+            raise AssertionError(f"Delta tables differ from the source: {bad}")
+        time.sleep(1)
+
+
+def test_the_spark_route_loads_merges_and_resumes_from_delta(spark, stack, source, prefix,
+                                                            start, tmp_path):
+    execute(source, SHOP)
+    start(allow_unkeyed=True)
+    wait_streaming(source, prefix)
+    root = tmp_path / "warehouse" / prefix
+    converge(spark, stack, root, prefix, source)
+    items = open_table(root / "public" / "items")
+    first = items.transaction_version(f"bottler:{prefix}.items:0")
+    assert first is not None  # the offsets are in the commit
+    execute(source, *LOAD)
+    converge(spark, stack, root, prefix, source)  # from the offsets Delta recorded
+    items = open_table(root / "public" / "items")
+    assert items.transaction_version(f"bottler:{prefix}.items:0") > first
+    assert items.history(1)[0]["operation"] == "MERGE"
+    versions = {t: open_table(root / "public" / t).version() for t in QUERIES}
+    load(spark, stack, root, prefix)  # nothing new: no commit
+    assert {t: open_table(root / "public" / t).version() for t in QUERIES} == versions
+    # a message that does not decode: set aside with its place, the rest merged
+    producer = Producer({"bootstrap.servers": stack.kafka})
+    producer.produce(f"{prefix}.items", key=b"not avro", value=b"\x00\x00\x00\x7f\xffjunk")
+    producer.flush(30)
+    execute(source, "update items set name = 'after the poison' where id = 3")
+    converge(spark, stack, root, prefix, source)
+    dead = read_topic(stack.kafka, with_prefix(prefix, DEAD_LETTER))
+    assert [m.value() for m in dead] == [b"\x00\x00\x00\x7f\xffjunk"]
+    assert dict(dead[0].headers())["bottler.topic"] == f"{prefix}.items".encode()
+    # the continuous job: a processing-time trigger picks up what comes, then stops when told
+    route = SparkRoute(spark, root, bootstrap=stack.kafka, registry=stack.registry_url,
+                       prefix=prefix)
+    try:
+        with in_thread(lambda stop: route.run(stop, 1.0)):
+            execute(source, "update items set name = 'continuous' where id = 4")
+            wait_for(lambda: delta_rows(root, "items") == source_rows(source, "items"), 120,
+                     "the continuous job's merge")
+    finally:
+        route.close()
+
+
+def test_a_jar_missing_or_not_matching_is_one_line_naming_the_pin(tmp_path):
+    for name in ("spark-sql-kafka-0-10_2.13-4.1.0.jar", "spark-avro_2.13-4.1.0.jar",
+                 "delta-spark_4.1_2.13-4.3.0.jar"):
+        (tmp_path / name).write_bytes(b"")
+    jars.check(tmp_path, "4.1.0", "4.3.1")  # a patch release apart: the same API
+    with pytest.raises(BottlerError, match=r"does not match pyspark 4\.2\.0 .*spark\.version"):
+        jars.check(tmp_path, "4.2.0", "4.3.0")
+    with pytest.raises(BottlerError, match=r"Python package 4\.4\.1 .*delta\.version"):
+        jars.check(tmp_path, "4.1.0", "4.4.1")
+    delta = tmp_path / "delta-spark_4.1_2.13-4.3.0.jar"
+    delta.rename(tmp_path / "delta-spark_4.0_2.13-4.3.0.jar")
+    with pytest.raises(BottlerError, match=r"built for Spark 4\.0.*delta\.spark"):
+        jars.check(tmp_path, "4.1.0", "4.3.0")
+    (tmp_path / "spark-avro_2.13-4.1.0.jar").unlink()
+    with pytest.raises(BottlerError, match="spark-avro_2.13 is missing"):
+        jars.check(tmp_path, "4.1.0", "4.3.0")
+
+
+def test_the_client_properties_reach_the_java_client():
+    options = java_properties({"bootstrap.servers": "b:9093", "security.protocol": "SASL_SSL",
+                               "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "u",
+                               "sasl.password": 'p"w', "ssl.ca.location": "/ca.pem"})
+    assert options["kafka.bootstrap.servers"] == "b:9093"
+    assert options["kafka.security.protocol"] == "SASL_SSL"
+    assert options["kafka.sasl.jaas.config"] == (
+        'org.apache.kafka.common.security.scram.ScramLoginModule required username="u" '
+        'password="p\\"w";')
+    assert options["kafka.ssl.truststore.type"] == "PEM"
+    assert options["kafka.ssl.truststore.location"] == "/ca.pem"
