@@ -180,6 +180,17 @@ def stable_ends(connection: Connection, partitions: list[tuple[str, int]],
     first offset of the oldest transaction still open, else the high watermark). A reader that
     waits for its end-of-partition event instead may wait for ever behind a busy transactional
     writer, whose every fetch brings a little more."""
+    return _log_ends(connection, partitions, timeout, committed=True)
+
+
+def high_watermarks(connection: Connection, partitions: list[tuple[str, int]],
+                    timeout: float = 10.0) -> dict[tuple[str, int], int]:
+    """Each partition's high watermark: the end of its log, open transactions included."""
+    return _log_ends(connection, partitions, timeout, committed=False)
+
+
+def _log_ends(connection: Connection, partitions: list[tuple[str, int]], timeout: float,
+              committed: bool) -> dict[tuple[str, int], int]:
     from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
@@ -187,9 +198,9 @@ def stable_ends(connection: Connection, partitions: list[tuple[str, int]],
         return {}
     admin = AdminClient(client_config(connection))
     asked = {TopicPartition(t, p): OffsetSpec.latest() for t, p in partitions}
+    isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
     try:
-        answers = admin.list_offsets(asked, isolation_level=IsolationLevel.READ_COMMITTED,
-                                     request_timeout=timeout)
+        answers = admin.list_offsets(asked, isolation_level=isolation, request_timeout=timeout)
         return {(tp.topic, tp.partition): future.result().offset
                 for tp, future in answers.items()}
     except KafkaException as exc:

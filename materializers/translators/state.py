@@ -29,7 +29,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from common.errors import BottlerError
-from common.kafka import Connection, reader_config, stable_ends
+from common.kafka import Connection, high_watermarks, reader_config, stable_ends
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +83,15 @@ class KeyedState:
 
     def restore(self, bootstrap: Connection, inputs: set[tuple[str, int]] | None = None,
                 merge: bool = False, timeout: float = 300) -> int:
-        """Read the changelog (read_committed) from the beginning to its stable end as it is
-        now; the number of records read. Call only once this translator's transactional
-        producer is initialised: then no transaction of ours is open and the end is the state
-        of the committed offsets.
+        """Read the changelog (read_committed) from the beginning to its end as it is now,
+        once every transaction open in it has ended; the number of records read. Call only
+        once this translator's transactional producer is initialised and between two of its
+        transactions: then every record of the committed offsets is below that end.
+
+        Reading only to the stable end as it is now would not do: an instance killed in a
+        transaction holds the stable end back (until the broker aborts its transaction,
+        after ``transaction.timeout.ms``), and the rows its group's live instances committed
+        since would be missed, so their orders would look new to whoever takes them.
         ``inputs``: keep only the rows of these input partitions (and records that do not
         say theirs, written before records did); ``merge``: over the rows held, not afresh."""
         if not merge:
@@ -98,10 +103,7 @@ class KeyedState:
         try:
             metadata = consumer.list_topics(timeout=10).topics.get(self.changelog)
             partitions = sorted(metadata.partitions) if metadata else []
-            # to the stable end as it is now: what the committed offsets stand for is below
-            # it (see the docstring), and a busy writer in the group always moves it on
-            ends = {p: end for (_, p), end in stable_ends(
-                bootstrap, [(self.changelog, p) for p in partitions]).items()}
+            ends = self._settled_ends(bootstrap, partitions, timeout)
             pending = {p for p, end in ends.items() if end > 0}
             consumer.assign([KafkaTopicPartition(self.changelog, p, OFFSET_BEGINNING)
                              for p in pending])
@@ -143,3 +145,25 @@ class KeyedState:
         log.info("restored %d rows of state from %s (%d records)", len(self._rows),
                  self.changelog, read)
         return read
+
+    def _settled_ends(self, bootstrap: Connection, partitions: list[int],
+                      timeout: float) -> dict[int, int]:
+        """The changelog's end offsets as they are now, once a read_committed reader can read
+        to them: every transaction that wrote below them committed or aborted."""
+        asked = [(self.changelog, p) for p in partitions]
+        ends = {p: end for (_, p), end in high_watermarks(bootstrap, asked).items()}
+        started, told = time.monotonic(), False
+        while True:
+            stable = {p: end for (_, p), end in stable_ends(bootstrap, asked).items()}
+            if all(stable[p] >= end for p, end in ends.items()):
+                return ends
+            waited = time.monotonic() - started
+            if waited > timeout:
+                raise BottlerError(f"a transaction in {self.changelog} stayed open for "
+                                   f"{timeout:g} s", "check the broker's transaction.timeout.ms")
+            if waited > 2 and not told:
+                log.info("waiting for a transaction still open in %s to end (an instance "
+                         "killed in it: the broker aborts it after transaction.timeout.ms)",
+                         self.changelog)
+                told = True
+            time.sleep(0.2)
