@@ -21,7 +21,7 @@ def tune() -> None:
 
 def give_back() -> None:
     """Return the C allocator's free memory to the system. glibc keeps what is freed for reuse:
-    after a rebuild, the Kafka client's fetched backlog (hundreds of MB with the embedded broker,
-    which sends it all at once) would stay counted for the life of the process."""
+    after a rebuild, the Kafka client's fetched backlog (up to its queued.max.messages.kbytes)
+    would stay counted for the life of the process."""
     with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to give back
         ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)

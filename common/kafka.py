@@ -199,15 +199,35 @@ def _log_ends(connection: Connection, partitions: list[tuple[str, int]], timeout
     admin = AdminClient(client_config(connection))
     asked = {TopicPartition(t, p): OffsetSpec.latest() for t, p in partitions}
     isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
-    try:
-        answers = admin.list_offsets(asked, isolation_level=isolation, request_timeout=timeout)
-        return {(tp.topic, tp.partition): future.result().offset
-                for tp, future in answers.items()}
-    except KafkaException as exc:
-        topics = ", ".join(sorted({t for t, _ in partitions}))
-        raise BottlerError(f"cannot read the end offsets of {topics} from Kafka at "
-                           f"{servers(connection)}: {exc.args[0].str()}",
-                           "check that the broker is up, then start again") from None
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            answers = admin.list_offsets(asked, isolation_level=isolation,
+                                         request_timeout=timeout)
+            return {(tp.topic, tp.partition): future.result().offset
+                    for tp, future in answers.items()}
+        except KafkaException as exc:
+            if passing(exc.args[0]) and time.monotonic() < deadline:
+                time.sleep(0.2)  # a topic just made, or a broker just started: no leader yet
+                continue
+            topics = ", ".join(sorted({t for t, _ in partitions}))
+            raise BottlerError(f"cannot read the end offsets of {topics} from Kafka at "
+                               f"{servers(connection)}: {exc.args[0].str()}",
+                               "check that the broker is up, then start again") from None
+
+
+_PASSING = {"_PARTITION_EOF", "NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE",
+            "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH"}
+
+
+def passing(error) -> bool:
+    """A Kafka error that passes by itself: the end of a partition, a leader moving or not
+    elected yet (a topic just made, a broker just started), or one librdkafka calls
+    retriable."""
+    from confluent_kafka import KafkaError
+
+    return (error.code() in {getattr(KafkaError, name) for name in _PASSING}
+            or (error.retriable() and not error.fatal()))
 
 
 # Kafka's topic names: ASCII letters, digits, '.', '_' and '-', at most 249 characters. A

@@ -271,7 +271,9 @@ def test_two_translator_instances_share_the_partitions_and_one_killed_loses_and_
         wait_for(lambda: len(events.messages()) > seen + 20, 60, "events committed")
         procs["t2"].send_signal(signal.SIGKILL)  # mid-transaction, most likely (slow batches)
         procs["t2"].wait(10)
-        wait_for(lambda: _took_over(logs["t1"], orders), 60,
+        # t2's session expires (10 s), then its open transaction is aborted (60 s) before t1
+        # restores the state of t2's partitions
+        wait_for(lambda: _took_over(logs["t1"], orders), 150,
                  "t1 to take over t2's partitions")
         procs["t3"] = _translator(stack, prefix, group, logs["t3"])
         wait_for(lambda: f"holds {orders}" in logs["t3"].read_text(), 90, "t3 to hold partitions")

@@ -51,9 +51,8 @@ __all__ = ["Materializer", "PoisonMessage", "PoisonPolicy"]
 
 DISCOVERY_INTERVAL = 5.0  # seconds between looks for new table topics
 # Seconds between the consumer group's commits when the sink keeps its own offsets: those
-# commits only inform (tools listing groups), and every commit is a write the broker must make
-# durable (the embedded broker saves everything it holds after one: a core's worth of CPU at a
-# commit per batch during a rebuild).
+# commits only inform (tools listing groups), and every commit is a write to
+# __consumer_offsets: one per batch during a rebuild would be thousands for nothing.
 INFORMATIVE_COMMIT_INTERVAL = 30.0
 # Instances sharing a group: a killed one's partitions move on after this long without heartbeat.
 GROUP_SETTINGS = {"session.timeout.ms": 10000, "heartbeat.interval.ms": 1000,

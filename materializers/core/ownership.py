@@ -115,8 +115,7 @@ class OwnedTopics:
             self._records.clear()
             self._position = 0
         if self._position < high:
-            # assigned only while read: an assigned partition at its end is fetched again and
-            # again on the embedded broker (idle.py)
+            # assigned only while read: nothing to fetch between two reads
             self._consumer.assign([TopicPartition(self.topic, 0, self._position)])
             try:
                 self._read_to(high)

@@ -223,9 +223,7 @@ class Seeder:
             return False  # no such topic yet
         if high <= self.read_state:
             return False
-        # assigned only while it reads: an assigned partition at its end is fetched again and
-        # again on the embedded broker (materializers/core/idle.py), the very partition the
-        # capture is writing its progress to
+        # assigned only while it reads: nothing to fetch between two reads
         consumer.assign([KafkaTopicPartition(topic, 0, self.read_state)])
         try:
             while self.read_state < high:

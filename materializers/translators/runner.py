@@ -107,9 +107,9 @@ class TranslatorRunner:
         instance_id: str | None = None,
     ):
         if join_group and not instance_id:
-            # an anonymous instance's open transaction would block readers until the broker
-            # times it out (the embedded broker never does): only a restart under the same
-            # transactional id ends it
+            # an anonymous instance's open transaction blocks readers until the broker times
+            # it out (transaction.timeout.ms): a restart under the same transactional id ends
+            # it at once
             raise BottlerError("a translator sharing its group (--join-group) needs an "
                                "--instance-id", "give each instance a stable name, e.g. "
                                "--instance-id orders-1, and restart it under that name")
@@ -391,9 +391,10 @@ class TranslatorRunner:
 
     def _transact(self, messages: list[Message]) -> None:
         if self._broker_was_away:
-            # A transactional session does not survive a broker restart (the embedded broker
-            # forgets it: the next send_offsets_to_transaction would hang): a new one, between
-            # two transactions, fences the old. A connection lost otherwise costs one more.
+            # After a lost connection, a new transactional producer, between two
+            # transactions, fences the old one: one init_transactions per reconnection. (The
+            # stand-in broker before Kafka forgot transactional sessions on a restart; Kafka
+            # keeps them, so this is insurance now, kept until measured without it.)
             self._new_producer()
         producer = self._producer
         assert producer is not None

@@ -34,6 +34,7 @@ from common.kafka import (
     client_config,
     denied,
     is_denied,
+    passing,
     reader_config,
     servers,
 )
@@ -236,7 +237,7 @@ class SchemaStore:
                         break
                     continue
                 if msg.error():
-                    if _transient(msg.error()):  # e.g. just after a broker restart
+                    if passing(msg.error()):  # e.g. just after a broker restart
                         continue
                     raise self._unreachable("read", msg.error())
                 offset = msg.offset()
@@ -260,7 +261,7 @@ class SchemaStore:
             try:
                 return consumer.get_watermark_offsets(partition, timeout=self.timeout)
             except KafkaException as exc:
-                if not _transient(exc.args[0]) or time.monotonic() > deadline:
+                if not passing(exc.args[0]) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
 
@@ -358,14 +359,3 @@ class SchemaStore:
 
     def config(self, subject: str | None) -> str | None:
         return self._state.configs.get(subject)
-
-
-_PASSING = {KafkaError._PARTITION_EOF, KafkaError.NOT_LEADER_FOR_PARTITION,
-            KafkaError.LEADER_NOT_AVAILABLE, KafkaError.FENCED_LEADER_EPOCH,
-            KafkaError.UNKNOWN_LEADER_EPOCH}
-
-
-def _transient(error: KafkaError) -> bool:
-    """An error that passes by itself: the end of the partition, a leader moving or a broker
-    still loading its partitions (just after it started), or one librdkafka calls retriable."""
-    return error.code() in _PASSING or (error.retriable() and not error.fatal())
