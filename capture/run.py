@@ -9,18 +9,21 @@ from dataclasses import dataclass, field
 
 from confluent_kafka.admin import AdminClient
 
-from capture import metrics, slot_health, snapshot, source, state, topics
-from capture.control import ControlEvents
-from capture.dead_letters import ErrorPolicy, OnError
-from capture.pgoutput import lsn_to_str, str_to_lsn
-from capture.publication import Publications, Watcher
-from capture.publisher import Publisher, producer_config
-from capture.registrar import Registrar
+from capture.health import metrics, slot_safety
+from capture.publish.control import ControlEvents
+from capture.publish.dead_letters import ErrorPolicy, OnError
+from capture.publish.publisher import Publisher, producer_config
+from capture.publish.registrar import Registrar
 from capture.settings import CaptureSettings
-from capture.slot import create_slot, drop_slot
-from capture.stream import Streamer
-from capture.tables import Tables
-from capture.undo import Undo
+from capture.setup import state, topics
+from capture.setup.undo import Undo
+from capture.snapshot import copy
+from capture.source import database
+from capture.source.publication import Publications, Watcher
+from capture.source.slot import create_slot, drop_slot
+from capture.stream.pgoutput import lsn_to_str, str_to_lsn
+from capture.stream.streamer import Streamer
+from capture.stream.tables import Tables
 from common import gctune
 from common.errors import BottlerError
 from common.kafka import check_broker, client_config
@@ -37,9 +40,9 @@ def run_capture(settings: CaptureSettings, stop: threading.Event | None = None) 
              s.slot, s.publication_name, s.output_format)
     if s.metrics_port:
         metrics.serve(s.metrics_port, s.metrics_host)
-    watch = slot_health.SlotWatch(s.postgres, s.slot, s.slot_warn_retained_mb * slot_health.MIB,
-                                  s.slot_warn_safe_mb * slot_health.MIB).start()
-    catalog = source.session_connect(s.postgres, autocommit=True)
+    watch = slot_safety.SlotWatch(s.postgres, s.slot, s.slot_warn_retained_mb * slot_safety.MIB,
+                                  s.slot_warn_safe_mb * slot_safety.MIB).start()
+    catalog = database.session_connect(s.postgres, autocommit=True)
     try:
         _run(s, catalog, stop)
     finally:
@@ -49,10 +52,10 @@ def run_capture(settings: CaptureSettings, stop: threading.Event | None = None) 
 
 def _run(s: CaptureSettings, catalog, stop: threading.Event) -> None:
     # Every check runs before anything is created: the database, Kafka, the registry, the tables.
-    source.preflight(catalog, s.slot)
-    lost = slot_health.is_lost(catalog, s.slot)
+    database.preflight(catalog, s.slot)
+    lost = slot_safety.is_lost(catalog, s.slot)
     if lost and not s.recover_lost_slot:
-        raise slot_health.lost_slot_error(s.slot)
+        raise slot_safety.lost_slot_error(s.slot)
     if lost and s.skip_snapshot:
         raise BottlerError("--recover-lost-slot snapshots every table again: it cannot be "
                            "combined with --skip-snapshot", "drop --skip-snapshot")
@@ -64,14 +67,14 @@ def _run(s: CaptureSettings, catalog, stop: threading.Event) -> None:
         registrar.check()
     publications = Publications(catalog, s.slot, s.publication, s.tables, s.allow_unkeyed)
     published = publications.check()
-    source.check_toast(catalog, published, s.replica_identity_full)
+    database.check_toast(catalog, published, s.replica_identity_full)
     undo = Undo(s.postgres, admin, registrar)
     with undo.on_failure():
         control = ControlEvents(s.topic_prefix, s.output_format, registrar)
     progress = undo.progress = state.CaptureState(s.broker, s.topic_prefix, s.kafka_config)
     progress.warm()
     if lost:
-        slot_health.recover(s, admin, control, published)
+        slot_safety.recover(s, admin, control, published)
     try:
         _start_and_stream(s, catalog, stop, undo, registrar, publications, control, progress)
     finally:
@@ -145,7 +148,7 @@ class SnapshotJob:
     holder: object  # closed once the copy ends
     layout: dict = field(default_factory=dict)
     done: set[str] = field(default_factory=set)
-    chunks: list[snapshot.Chunk] = field(default_factory=list)
+    chunks: list[copy.Chunk] = field(default_factory=list)
     estimates: dict[str, int] = field(default_factory=dict)
 
     def release(self) -> None:
@@ -172,7 +175,7 @@ def _resume_or_restart(s: CaptureSettings, catalog, recorded: dict,
     # The slot's exported snapshot died with the process that made it. The rest is copied from
     # a new snapshot: rows committed since the slot's position are also in the stream, which
     # starts at that position and, replayed after the copy, ends with each row's latest state.
-    conn = source.session_connect(s.postgres)
+    conn = database.session_connect(s.postgres)
     conn.execute("begin isolation level repeatable read read only")
     name = conn.execute("select pg_export_snapshot()").fetchone()[0]
     done = {key.split("/chunk/", 1)[1] for key, value in recorded.items()
@@ -233,12 +236,12 @@ def _plan(s: CaptureSettings, job: SnapshotJob, tables: Tables,
           publications: Publications) -> None:
     """The chunks to copy, from the tables as the snapshot sees them (so copy and schemas
     agree)."""
-    with source.session_connect(s.postgres) as conn:
+    with database.session_connect(s.postgres) as conn:
         conn.execute("begin isolation level repeatable read read only")
         conn.execute(f"set transaction snapshot '{job.snapshot}'")
         in_snapshot = publications.published(conn)
         specs = {t.oid: tables.spec(t) for t in in_snapshot}
-        job.chunks, job.layout = snapshot.plan(
+        job.chunks, job.layout = copy.plan(
             conn, in_snapshot, specs, s.snapshot_chunk_pages, job.layout, job.done)
         job.estimates = dict(conn.execute(  # for the progress bars
             "select n.nspname || '.' || c.relname, greatest(c.reltuples, 0)::bigint "
@@ -259,7 +262,7 @@ def _copy(s: CaptureSettings, job: SnapshotJob, progress: state.CaptureState, re
     if partly := sum(c.id in resume for c in job.chunks):
         log.info("%d chunks resume after their acknowledged pieces", partly)
     try:
-        rows = snapshot.copy_tables(
+        rows = copy.copy_tables(
             s.postgres, job.snapshot, job.chunks, job.estimates, s.snapshot_workers,
             {"bootstrap": s.broker, "extra_config": kafka_config}, on_error, stop, records,
         )

@@ -16,10 +16,10 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from prometheus_client import REGISTRY
 
-from capture.dead_letters import ErrorPolicy, OnError, Row
-from capture.pgoutput import str_to_lsn
-from capture.publisher import Publisher, producer_config
-from capture.topics import ensure_topics
+from capture.publish.dead_letters import ErrorPolicy, OnError, Row
+from capture.publish.publisher import Publisher, producer_config
+from capture.setup.topics import ensure_topics
+from capture.stream.pgoutput import str_to_lsn
 from common.errors import BottlerError
 from compose.procs import free_port
 from tests.support import execute, read_topic, rows, topic_state, wait_for, wait_streaming

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from capture.pgoutput import (
+from capture.stream.pgoutput import (
     UNCHANGED,
     Begin,
     BeginPrepare,

@@ -1,5 +1,6 @@
 """pgoutput decoding against a real PostgreSQL: changes made through SQL, read back raw from a
-logical slot with ``pg_logical_slot_get_binary_changes`` and decoded by ``capture.pgoutput``."""
+logical slot with ``pg_logical_slot_get_binary_changes`` and decoded by
+``capture.stream.pgoutput``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 import psycopg
 import pytest
 
-from capture.pgoutput import (
+from capture.stream.pgoutput import (
     UNCHANGED,
     Begin,
     Commit,

@@ -8,8 +8,8 @@ that the replica applied everything before it.
 2. A logical decoding message (``pg_logical_emit_message``, prefix ``bottler.fence``) is written;
    it returns its WAL position. The capture confirms a position on its slot only once Kafka
    acknowledged every change before it, and advances an idle slot to the end of the WAL the
-   server sent (capture/acks.py): once ``confirmed_flush_lsn`` passes the fence, every change
-   before it is in Kafka.
+   server sent (capture/publish/acks.py): once ``confirmed_flush_lsn`` passes the fence, every
+   change before it is in Kafka.
 3. The table topics' end offsets at that moment are the fence positions. The replica has applied
    everything before the fence once the offsets it stored with its data (the sink's
    ``stored_offsets``) reach them in every partition.

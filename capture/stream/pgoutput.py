@@ -3,7 +3,7 @@
 The format is documented in PostgreSQL's "Logical Replication Message Formats"
 (protocol-logicalrep-message-formats). Protocol version 1 is decoded exactly: Begin, Commit,
 Origin, Relation, Type, Insert, Update, Delete, Truncate and logical decoding messages (the
-capture asks for version 1, or with streaming for the server's newest, capture/stream.py).
+capture asks for version 1, or with streaming for the server's newest, capture/stream/streamer.py).
 The self-describing messages of later versions (Stream Start/Stop/Commit/Abort
 from version 2, the two-phase messages from version 3, the Stream Abort tail of version 4) are
 decoded by :func:`parse` as well; changes sent *inside* a streamed block carry a leading xid and

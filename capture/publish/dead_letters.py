@@ -22,16 +22,16 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaException, Producer
 
-from capture import metrics
-from capture.acks import producer_failed
-from capture.pgoutput import UNCHANGED, lsn_to_str
+from capture.health import metrics
+from capture.publish.acks import producer_failed
+from capture.stream.pgoutput import UNCHANGED, lsn_to_str
 from common.errors import BottlerError
 from common.kafka import client_config
 from schemas.topics import CAPTURE_DEAD_LETTER, with_prefix
 
 if TYPE_CHECKING:
-    from capture.acks import Batch
-    from capture.encoding import CodecSpec
+    from capture.publish.acks import Batch
+    from capture.publish.encoding import CodecSpec
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +108,8 @@ def _text(value):
 
 
 class ErrorPolicy:
-    """Applies --on-error to a DataError (capture/publisher.py), which carries what is known of
-    the row: ``row`` (its text), ``batch`` (where its acknowledgement counts) and ``message``
+    """Applies --on-error to a DataError (capture/publish/errors.py), which carries what is known
+    of the row: ``row`` (its text), ``batch`` (where its acknowledgement counts) and ``refused``
     (the key and value Kafka refused)."""
 
     def __init__(self, on_error: OnError, bootstrap: str = "",
@@ -170,7 +170,7 @@ class ErrorPolicy:
 
     def _producer_for(self) -> Producer:
         if self._producer is None:
-            from capture.publisher import BASE_CONFIG
+            from capture.publish.publisher import BASE_CONFIG
 
             limit = max(MAX_BYTES + 1024 * 1024,
                         int(self.extra.get("message.max.bytes", 0) or 0))

@@ -26,12 +26,12 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from capture import metrics
-from capture.dead_letters import ErrorPolicy, OnError, Row
-from capture.encoding import CodecSpec
-from capture.publisher import DataError, Publisher
-from capture.source import SourceTable, session_connect
-from capture.state import CaptureState, SnapshotRecords
+from capture.health import metrics
+from capture.publish.dead_letters import ErrorPolicy, OnError, Row
+from capture.publish.encoding import CodecSpec
+from capture.publish.publisher import DataError, Publisher
+from capture.setup.state import CaptureState, SnapshotRecords
+from capture.source.database import SourceTable, session_connect
 from common import gctune, seedlock
 from common.children import die_with_parent
 from common.errors import BottlerError

@@ -14,19 +14,21 @@ import psycopg
 import psycopg2
 from confluent_kafka.admin import AdminClient
 
-from capture import metrics, pgoutput, slot_health, topics
-from capture.control import ControlEvents
-from capture.dead_letters import Row
-from capture.drift import Drift
-from capture.incremental import SIGNAL_PREFIX, WATERMARK_PREFIX, IncrementalSnapshots
-from capture.pgoutput import UNCHANGED
-from capture.publication import Watcher
-from capture.publisher import DataError, Publisher
-from capture.slot import replication_connect
-from capture.source import describe_oids
-from capture.spool import Spool
-from capture.state import CaptureState
-from capture.tables import Tables, UnkeyedTable
+from capture.health import metrics, slot_safety
+from capture.publish.control import ControlEvents
+from capture.publish.dead_letters import Row
+from capture.publish.publisher import DataError, Publisher
+from capture.setup import topics
+from capture.setup.state import CaptureState
+from capture.snapshot.incremental import SIGNAL_PREFIX, WATERMARK_PREFIX, IncrementalSnapshots
+from capture.source.database import describe_oids
+from capture.source.publication import Watcher
+from capture.source.slot import replication_connect
+from capture.stream import pgoutput
+from capture.stream.drift import Drift
+from capture.stream.pgoutput import UNCHANGED
+from capture.stream.spool import Spool
+from capture.stream.tables import Tables, UnkeyedTable
 from common.errors import BottlerError
 from common.redact import redact
 
@@ -59,9 +61,9 @@ class Streamer:
         spool_dir: Callable[[str], Path] | None = None,
     ):
         """``spool_dir``: stream large transactions while they run (pgoutput protocol 2+,
-        where the server has it), staged until they commit (capture/spool.py) in the directory
-        it gives for the server's system identifier; None: protocol 1, each transaction sent
-        by the server at its commit."""
+        where the server has it), staged until they commit (capture/stream/spool.py) in the
+        directory it gives for the server's system identifier; None: protocol 1, each transaction
+        sent by the server at its commit."""
         self.dsn = dsn
         self.slot = slot
         self.publications = publications
@@ -119,8 +121,8 @@ class Streamer:
             conn.close()
             if self.spool is not None:
                 self.spool.close()
-            if slot_health.lost_while_streaming(self.dsn, self.slot, exc):
-                raise slot_health.lost_slot_error(self.slot) from None
+            if slot_safety.lost_while_streaming(self.dsn, self.slot, exc):
+                raise slot_safety.lost_slot_error(self.slot) from None
             raise BottlerError(
                 f"cannot stream from replication slot {self.slot}: "
                 f"{str(exc).strip().splitlines()[0]}",
@@ -162,8 +164,8 @@ class Streamer:
             self._feedback(cur, force=True)
             incremental.close()
         except (psycopg2.Error, psycopg.Error) as exc:
-            if slot_health.lost_while_streaming(self.dsn, self.slot, exc):
-                raise slot_health.lost_slot_error(self.slot) from None
+            if slot_safety.lost_while_streaming(self.dsn, self.slot, exc):
+                raise slot_safety.lost_slot_error(self.slot) from None
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise BottlerError(
                 f"lost the connection to PostgreSQL while streaming: {redact(reason)}",
@@ -228,7 +230,7 @@ class Streamer:
     # -- DDL that no row change followed ----------------------------------------------------
     def _maybe_check_drift(self, streamed: int) -> None:
         """Between transactions: a table whose catalog changed with no Relation message since
-        (capture/drift.py) is taken from the catalog, and published again if need be; so is
+        (capture/stream/drift.py) is taken from the catalog, and published again if need be; so is
         one using an enum type whose value was renamed (no Relation message says that)."""
         now = time.monotonic()
         if self._batch is not None or now - self._drift_at < TABLE_SCAN_INTERVAL:
@@ -340,7 +342,7 @@ class Streamer:
                 self._republish(m.oid, why)
 
     def _republish(self, oid: int, why: str) -> None:
-        """DDL changed rows the WAL does not bring again (capture/schema_changes.py): the
+        """DDL changed rows the WAL does not bring again (capture/stream/schema_changes.py): the
         table is published again, interleaved with the stream."""
         codec = self.tables.by_oid(oid)
         if codec.keyed:

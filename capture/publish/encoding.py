@@ -13,13 +13,13 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from capture.publisher import DataError
+from capture.publish.publisher import DataError
 from schemas.avro_schema import record_schemas, row_encoder
 from schemas.pgtypes import Column, TypeConversionError
 from schemas.serde import AvroEncoder
 
 if TYPE_CHECKING:
-    from capture.registrar import Registrar
+    from capture.publish.registrar import Registrar
 
 log = logging.getLogger(__name__)
 

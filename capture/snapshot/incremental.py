@@ -35,14 +35,14 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
-from capture import metrics
-from capture.dead_letters import Row
-from capture.encoding import TableCodec
-from capture.publisher import DataError
-from capture.snapshot import Chunk
-from capture.source import SourceTable, describe_oids, session_connect
-from capture.state import CaptureState
-from capture.tables import Tables, UnkeyedTable
+from capture.health import metrics
+from capture.publish.dead_letters import Row
+from capture.publish.encoding import TableCodec
+from capture.publish.publisher import DataError
+from capture.setup.state import CaptureState
+from capture.snapshot.copy import Chunk
+from capture.source.database import SourceTable, describe_oids, session_connect
+from capture.stream.tables import Tables, UnkeyedTable
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ import logging
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from capture.acks import RESUME, AckTracker, Batch, producer_failed
-from capture.dead_letters import ErrorPolicy, OnError, Row
+from capture.publish.acks import RESUME, AckTracker, Batch, producer_failed
+from capture.publish.dead_letters import ErrorPolicy, OnError, Row
 from common.errors import BottlerError
 from common.kafka import client_config
 from common.logs import RateLimited

@@ -12,8 +12,8 @@ import psycopg
 import psycopg2
 import psycopg2.extras
 
-from capture.pgoutput import str_to_lsn
-from capture.source import SETUP_DOC, session_connect
+from capture.source.database import SETUP_DOC, session_connect
+from capture.stream.pgoutput import str_to_lsn
 from common.errors import BottlerError
 from common.redact import redact
 from schemas.pgtypes import libpq_options

@@ -10,13 +10,14 @@ from dataclasses import replace
 import psycopg
 from confluent_kafka.admin import AdminClient
 
-from capture import pgoutput, topics
-from capture.encoding import CodecSpec, TableCodec, make_spec
-from capture.registrar import Registrar
-from capture.schema_changes import Attributes, compare, shape_of
-from capture.source import SourceTable, key_columns
-from capture.state import TopicOwnership
-from capture.typecatalog import load_columns, load_type
+from capture.publish.encoding import CodecSpec, TableCodec, make_spec
+from capture.publish.registrar import Registrar
+from capture.setup import topics
+from capture.setup.state import TopicOwnership
+from capture.source.database import SourceTable, key_columns
+from capture.source.typecatalog import load_columns, load_type
+from capture.stream import pgoutput
+from capture.stream.schema_changes import Attributes, compare, shape_of
 from common.errors import BottlerError
 from schemas.pgtypes import Column, PgType
 from schemas.topics import table_topic
@@ -86,7 +87,7 @@ class Tables:
     def relation(self, m: pgoutput.Relation) -> str | None:
         """A table's description from the stream: build its codec if new or changed. Returns
         why the table's rows must be published again (a rename, a type change, values a table
-        rewrite gave: capture/schema_changes.py), or None."""
+        rewrite gave: capture/stream/schema_changes.py), or None."""
         columns = self._columns(m)
         current = self._codecs.get(m.oid)
         if current and _same(current.spec.columns, columns):
@@ -99,7 +100,7 @@ class Tables:
 
     def described(self, table: SourceTable) -> str | None:
         """A table as the catalog describes it, once the stream has passed every change of it:
-        DDL that no row change followed, which no Relation message brings (capture/drift.py).
+        DDL that no row change followed, which no Relation message brings (capture/stream/drift.py).
         Returns what :meth:`relation` returns."""
         return self._changed(table.oid, table.schema, table.name, table.columns, table.key)
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from capture import topics
-from capture.acks import RESUME, producer_failed
+from capture.publish.acks import RESUME, producer_failed
+from capture.setup import topics
 from common.errors import BottlerError
 from common.kafka import client_config, reader_config
 from schemas import ownership
