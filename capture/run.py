@@ -12,7 +12,8 @@ from confluent_kafka.admin import AdminClient
 from capture.health import metrics, slot_safety
 from capture.publish.control import ControlEvents
 from capture.publish.dead_letters import ErrorPolicy, OnError
-from capture.publish.publisher import Publisher, producer_config
+from capture.publish.producer_config import producer_config
+from capture.publish.publisher import Publisher
 from capture.publish.registrar import Registrar
 from capture.settings import CaptureSettings
 from capture.setup import state, topics
@@ -21,13 +22,15 @@ from capture.snapshot import copy
 from capture.source import database
 from capture.source.publication import Publications, Watcher
 from capture.source.slot import create_slot, drop_slot
-from capture.stream.pgoutput import lsn_to_str, str_to_lsn
+from capture.stream.replication import StreamOptions
 from capture.stream.streamer import Streamer
 from capture.stream.tables import Tables
 from common import gctune
 from common.errors import BottlerError
 from common.kafka import check_broker, client_config
+from common.lsn import Lsn
 from common.redact import redact
+from schemas import progress as progress_records
 from schemas.topics import STATE, with_prefix
 
 log = logging.getLogger(__name__)
@@ -94,11 +97,11 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, undo: 
         if on_error.mode == "dead-letter":
             topics.ensure_topics(admin, [], [on_error.topic], created=undo.topics,
                                  config=on_error.topic_config(s.topic_config))
-        tables = Tables(catalog, registrar, admin, s.topic_prefix, s.output_format,
-                        s.allow_unkeyed, s.topic_config, s.temporal_mode, s.partitions_of)
-        tables.created_topics = undo.topics
-        tables.ownership = undo.ownership = state.TopicOwnership(
+        ownership = undo.ownership = state.TopicOwnership(
             progress, s.topic_prefix, s.slot, s.output_format)
+        tables = Tables(catalog, registrar, admin, s.topic_prefix, s.output_format,
+                        s.allow_unkeyed, s.topic_config, s.temporal_mode, s.partitions_of,
+                        created_topics=undo.topics, ownership=ownership)
         recorded = progress.read_all()
         job = _resume_or_restart(s, catalog, recorded, admin)
         if job is not None or _slot_lsn(catalog, s.slot) is not None:
@@ -111,8 +114,8 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, undo: 
                     log.info("resuming the snapshot of slot %s: %d chunks were copied before, "
                              "%d remain, copied from a new snapshot", s.slot, len(job.done),
                              len(job.chunks))
-                    progress.write(s.slot, snapshot=state.SNAPSHOT_STARTED,
-                                   consistent_lsn=job.consistent_lsn, layout=job.layout)
+                    progress.write(s.slot, **progress_records.started(job.consistent_lsn,
+                                                                      job.layout))
                 except BaseException:
                     job.release()
                     raise
@@ -126,17 +129,15 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, undo: 
         return
     metrics.SNAPSHOT_DONE.set(1)  # copied now, before, or skipped: the stream is what follows
 
-    streamer = Streamer(
-        s.postgres, s.slot, publications.existing(), tables, control, publisher, admin,
-        heartbeats=catalog, heartbeat_interval=s.heartbeat_interval,
-        transaction_topic=s.transaction_topic,
-        watcher=Watcher(publications) if publications.managed else None, progress=progress,
-        chunk_rows=s.incremental_chunk_rows,
-        spool_dir=s.spool_dir if s.stream_large_transactions else None,
-    )
+    options = StreamOptions(
+        s.postgres, s.slot, publications.existing(), s.heartbeat_interval, s.transaction_topic,
+        s.incremental_chunk_rows, s.spool_dir if s.stream_large_transactions else None)
+    streamer = Streamer(options, tables, control, publisher, admin, heartbeats=catalog,
+                        watcher=Watcher(publications) if publications.managed else None,
+                        progress=progress)
     gctune.tune()
     streamer.run(stop)
-    log.info("capture stopped; confirmed up to %s", lsn_to_str(streamer.confirmed_sent))
+    log.info("capture stopped; confirmed up to %s", Lsn(streamer.positions.confirmed))
 
 
 @dataclass
@@ -163,11 +164,12 @@ def _resume_or_restart(s: CaptureSettings, catalog, recorded: dict,
     lsn = _slot_lsn(catalog, s.slot)
     if lsn is not None and not mine:
         raise _foreign_slot(s, admin)
-    if lsn is None or mine.get("snapshot") != state.SNAPSHOT_STARTED:
+    if lsn is None or not progress_records.is_started(mine):
         if lsn is not None:
             log.info("slot %s exists: resuming the stream where it left off", s.slot)
         return None
-    if "layout" not in mine or mine.get("consistent_lsn") != lsn:
+    if (not progress_records.is_planned(mine)
+            or mine.get(progress_records.CONSISTENT_LSN) != lsn):
         log.warning("slot %s exists but its snapshot never started copying: starting over",
                     s.slot)
         drop_slot(s.postgres, s.slot)
@@ -180,7 +182,7 @@ def _resume_or_restart(s: CaptureSettings, catalog, recorded: dict,
     name = conn.execute("select pg_export_snapshot()").fetchone()[0]
     done = {key.split("/chunk/", 1)[1] for key, value in recorded.items()
             if key.startswith(f"{s.slot}/chunk/") and value.get("lsn") == lsn}
-    return SnapshotJob(name, lsn, conn, dict(mine["layout"]), done)
+    return SnapshotJob(name, lsn, conn, dict(mine[progress_records.LAYOUT]), done)
 
 
 def _foreign_slot(s: CaptureSettings, admin: AdminClient) -> BottlerError:
@@ -211,21 +213,20 @@ def _prefixes(topics) -> list[str]:
 def _new_slot(s: CaptureSettings, progress: state.CaptureState, tables: Tables,
               publications: Publications, undo: Undo) -> SnapshotJob | None:
     if s.skip_snapshot:
-        progress.write(s.slot, snapshot=state.SNAPSHOT_SKIPPED)
+        progress.write(s.slot, **progress_records.skipped())
         create_slot(s.postgres, s.slot).release()
         undo.slot = s.slot
         log.info("created slot %s; snapshot skipped (--skip-snapshot)", s.slot)
         return None
-    progress.write(s.slot, snapshot=state.SNAPSHOT_STARTED)
+    progress.write(s.slot, **progress_records.started())
     new = create_slot(s.postgres, s.slot)
     undo.slot = s.slot
-    log.info("created slot %s at %s; snapshot %s", s.slot, lsn_to_str(new.consistent_lsn),
+    log.info("created slot %s at %s; snapshot %s", s.slot, Lsn(new.consistent_lsn),
              new.snapshot)
     job = SnapshotJob(new.snapshot, new.consistent_lsn, new.conn)
     try:
         _plan(s, job, tables, publications)
-        progress.write(s.slot, snapshot=state.SNAPSHOT_STARTED,
-                       consistent_lsn=new.consistent_lsn, layout=job.layout)
+        progress.write(s.slot, **progress_records.started(new.consistent_lsn, job.layout))
     except BaseException:
         job.release()  # so the slot is free to be dropped
         raise
@@ -271,8 +272,7 @@ def _copy(s: CaptureSettings, job: SnapshotJob, progress: state.CaptureState, re
     if rows is None:
         log.info("capture stopped during the snapshot; the next run resumes it")
         return False
-    progress.write(s.slot, snapshot=state.SNAPSHOT_COMPLETE, rows=rows,
-                   consistent_lsn=job.consistent_lsn)
+    progress.write(s.slot, **progress_records.complete(rows, job.consistent_lsn))
     progress.forget(records.keys(recorded, [c.id for c in job.chunks]))
     return True
 
@@ -283,6 +283,6 @@ def _slot_lsn(catalog, slot: str) -> int | None:
                           "where slot_name = %s", (slot,)).fetchone()
     if row is None:
         return None
-    return str_to_lsn(row[0]) if row[0] else 0
+    return Lsn.parse(row[0]) if row[0] else 0
 
 

@@ -29,7 +29,9 @@ from capture.settings import CaptureSettings
 from capture.setup import topics
 from capture.source.database import SourceTable
 from capture.source.slot import drop_slot
+from capture.stream.pgoutput import unix_micros_to_pg_time
 from common.errors import BottlerError
+from common.lsn import Lsn
 from schemas.topics import table_topic
 
 log = logging.getLogger(__name__)
@@ -222,15 +224,13 @@ def recover(s: CaptureSettings, admin: AdminClient, control: ControlEvents,
 
 
 def _current_lsn(dsn: str) -> int:
-    from capture.stream.pgoutput import str_to_lsn
-
     with psycopg.connect(dsn) as conn:
-        return str_to_lsn(conn.execute("select pg_current_wal_lsn()::text").fetchone()[0])
+        return Lsn.parse(conn.execute("select pg_current_wal_lsn()::text").fetchone()[0])
 
 
 def _pg_now() -> int:
     """Now, in microseconds since PostgreSQL's epoch (2000-01-01), as commit times are."""
-    return int(time.time() * 1_000_000) - 946_684_800_000_000
+    return unix_micros_to_pg_time(int(time.time() * 1_000_000))
 
 
 def _size(n: float) -> str:

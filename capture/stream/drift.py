@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import psycopg
 
-from capture.stream.pgoutput import str_to_lsn
 from capture.stream.schema_changes import shape_of
 from capture.stream.tables import Tables
+from common.lsn import Lsn
 
 __all__ = ["Drift"]
 
@@ -59,5 +59,5 @@ class Drift:
             shape = list(zip(names, types, strict=True))
             if met is not None and shape_of(met) != shape:
                 drifted[oid] = shape
-        position = str_to_lsn(rows[0][5]) if rows else 0
+        position = Lsn.parse(rows[0][5]) if rows else 0
         return position, drifted

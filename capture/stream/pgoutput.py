@@ -53,11 +53,9 @@ __all__ = [
     "Truncate",
     "Type",
     "Update",
-    "lsn_to_str",
     "parse",
     "parse_streamed",
     "pg_time_to_unix_micros",
-    "str_to_lsn",
     "streamed_xid",
     "unix_micros_to_pg_time",
 ]
@@ -280,27 +278,8 @@ AnyMessage: TypeAlias = (
 )
 
 
-# --- LSNs and timestamps ---------------------------------------------------------------------
-_U64_MAX: Final = (1 << 64) - 1
+# --- timestamps ---------------------------------------------------------------------
 PG_EPOCH_UNIX_MICROS: Final = 946_684_800_000_000  # 2000-01-01 00:00 UTC in Unix microseconds
-
-
-def lsn_to_str(lsn: int) -> str:
-    """``0x16B374D848`` → ``"16/B374D848"``, PostgreSQL's pg_lsn text form."""
-    if not 0 <= lsn <= _U64_MAX:
-        raise ValueError(f"LSN out of range: {lsn!r}")
-    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
-
-
-_HEX: Final = frozenset("0123456789abcdefABCDEF")
-
-
-def str_to_lsn(text: str) -> int:
-    """``"16/B374D848"`` → ``0x16B374D848``; accepts what PostgreSQL's pg_lsn input accepts."""
-    hi, sep, lo = text.partition("/")
-    if not (sep and 0 < len(hi) <= 8 and 0 < len(lo) <= 8 and _HEX.issuperset(hi + lo)):
-        raise ValueError(f"not an LSN: {text!r}")
-    return (int(hi, 16) << 32) | int(lo, 16)
 
 
 def pg_time_to_unix_micros(t: int) -> int:

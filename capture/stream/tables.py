@@ -39,9 +39,14 @@ class Tables:
         fmt: str,
         allow_unkeyed: bool,
         topic_config: dict[str, str],
-        temporal_mode: str = "logical",
-        partitions_of: Callable[[str, str], int] = lambda schema, table: 1,
+        temporal_mode: str,
+        partitions_of: Callable[[str, str], int],
+        created_topics: list[str],
+        ownership: TopicOwnership,
     ):
+        """``created_topics``: where the topics this run makes are added (a failed start
+        removes them, capture/setup/undo.py); ``ownership``: records each table topic as the
+        capture's own before its first row."""
         self.catalog = catalog
         self.registrar = registrar
         self.admin = admin
@@ -51,9 +56,8 @@ class Tables:
         self.topic_config = topic_config
         self.temporal_mode = temporal_mode
         self.partitions_of = partitions_of
-        self.created_topics: list[str] = []  # by this run: a failed start removes them
-        # records each table topic as the capture's own before its first row (state.py)
-        self.ownership: TopicOwnership | None = None
+        self.created_topics = created_topics
+        self.ownership = ownership
         self._codecs: dict[int, TableCodec] = {}
         self._met: dict[int, dict | None] = {}  # oid -> the value schema the views last met
         self._met_in: dict[int, Attributes] = {}  # oid -> the catalog when _met was built
@@ -181,8 +185,7 @@ class Tables:
                                      created=self.created_topics, partitions=partitions)
         spec = make_spec(schema, name, topic, columns, key, self.fmt, self.registrar,
                          self.temporal_mode, renamed)
-        if self.ownership is not None:
-            self.ownership.claim(schema, name, topic, key)
+        self.ownership.claim(schema, name, topic, key)
         self._codecs[oid] = spec.codec()
         self._met[oid] = spec.value_schema
         self._met_in[oid] = Attributes.of(self.catalog, oid)  # to know its columns again
