@@ -18,7 +18,7 @@ from capture.publish.registrar import Registrar
 from capture.settings import CaptureSettings
 from capture.setup import state, topics
 from capture.setup.undo import Undo
-from capture.snapshot import copy
+from capture.snapshot import exported
 from capture.source import database
 from capture.source.publication import Publications, Watcher
 from capture.source.slot import create_slot, drop_slot
@@ -149,7 +149,7 @@ class SnapshotJob:
     holder: object  # closed once the copy ends
     layout: dict = field(default_factory=dict)
     done: set[str] = field(default_factory=set)
-    chunks: list[copy.Chunk] = field(default_factory=list)
+    chunks: list[exported.Chunk] = field(default_factory=list)
     estimates: dict[str, int] = field(default_factory=dict)
 
     def release(self) -> None:
@@ -242,7 +242,7 @@ def _plan(s: CaptureSettings, job: SnapshotJob, tables: Tables,
         conn.execute(f"set transaction snapshot '{job.snapshot}'")
         in_snapshot = publications.published(conn)
         specs = {t.oid: tables.spec(t) for t in in_snapshot}
-        job.chunks, job.layout = copy.plan(
+        job.chunks, job.layout = exported.plan(
             conn, in_snapshot, specs, s.snapshot_chunk_pages, job.layout, job.done)
         job.estimates = dict(conn.execute(  # for the progress bars
             "select n.nspname || '.' || c.relname, greatest(c.reltuples, 0)::bigint "
@@ -263,7 +263,7 @@ def _copy(s: CaptureSettings, job: SnapshotJob, progress: state.CaptureState, re
     if partly := sum(c.id in resume for c in job.chunks):
         log.info("%d chunks resume after their acknowledged pieces", partly)
     try:
-        rows = copy.copy_tables(
+        rows = exported.copy_tables(
             s.postgres, job.snapshot, job.chunks, job.estimates, s.snapshot_workers,
             {"bootstrap": s.broker, "extra_config": kafka_config}, on_error, stop, records,
         )

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from capture.stream.pgoutput import (
+from capture.stream.messages import (
     UNCHANGED,
     Begin,
     BeginPrepare,
@@ -34,12 +34,10 @@ from capture.stream.pgoutput import (
     Truncate,
     Type,
     Update,
-    parse,
-    parse_streamed,
     pg_time_to_unix_micros,
-    streamed_xid,
     unix_micros_to_pg_time,
 )
+from capture.stream.pgoutput import parse, parse_streamed, streamed_xid
 
 
 # --- encoders, written from the documentation, independent of the decoder ------------------

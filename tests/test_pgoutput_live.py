@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import psycopg
 import pytest
 
-from capture.stream.pgoutput import (
+from capture.stream.messages import (
     UNCHANGED,
     Begin,
     Commit,
@@ -28,10 +28,9 @@ from capture.stream.pgoutput import (
     Truncate,
     Type,
     Update,
-    parse,
-    parse_streamed,
     pg_time_to_unix_micros,
 )
+from capture.stream.pgoutput import parse, parse_streamed
 from common.lsn import Lsn
 
 pytestmark = [pytest.mark.stack, pytest.mark.pg_matrix]

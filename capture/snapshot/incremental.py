@@ -40,7 +40,7 @@ from capture.publish.encoding import TableCodec, Unencodable
 from capture.publish.errors import DataError
 from capture.publish.row import Row
 from capture.setup.state import CaptureState
-from capture.snapshot.copy import Chunk
+from capture.snapshot.exported import Chunk
 from capture.source.database import SourceTable, describe_oids, session_connect
 from capture.stream.tables import Tables, UnkeyedTable
 

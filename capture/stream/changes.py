@@ -17,9 +17,9 @@ from capture.publish.publisher import Publisher
 from capture.publish.row import Row
 from capture.setup import topics
 from capture.snapshot.incremental import IncrementalSnapshots
-from capture.stream import pgoutput
+from capture.stream import messages
 from capture.stream.feedback import Positions
-from capture.stream.pgoutput import UNCHANGED
+from capture.stream.messages import UNCHANGED
 from capture.stream.tables import Tables, UnkeyedTable
 from capture.stream.transaction import Transaction
 
@@ -36,10 +36,10 @@ class Changes:
         self.admin = admin
         self.positions = positions
         # unkeyed tables refused by --on-error: each of their rows follows it too
-        self.refused: dict[int, pgoutput.Relation] = {}
+        self.refused: dict[int, messages.Relation] = {}
         self._counts: dict[tuple[str, str], int] = {}
 
-    def relation(self, m: pgoutput.Relation) -> str | None:
+    def relation(self, m: messages.Relation) -> str | None:
         """A table's description: its codec follows it. Returns why its rows must be published
         again, or None (Tables.relation)."""
         try:
@@ -54,13 +54,13 @@ class Changes:
         self.refused.pop(m.oid, None)  # it has a key now
         return why
 
-    def insert(self, m: pgoutput.Insert, tx: Transaction) -> None:
+    def insert(self, m: messages.Insert, tx: Transaction) -> None:
         self._change(m.relation_oid, m.new, m.new, "insert", tx)
 
-    def delete(self, m: pgoutput.Delete, tx: Transaction) -> None:
+    def delete(self, m: messages.Delete, tx: Transaction) -> None:
         self._change(m.relation_oid, m.old, None, "delete", tx)
 
-    def update(self, m: pgoutput.Update, tx: Transaction) -> None:
+    def update(self, m: messages.Update, tx: Transaction) -> None:
         new = m.new
         if UNCHANGED in new:
             if m.old is None or m.old_is_key:
@@ -81,7 +81,7 @@ class Changes:
                 self._change(m.relation_oid, m.old, None, "delete", tx)  # the old key is gone
         self._change(m.relation_oid, new, new, "update", tx)
 
-    def truncate(self, m: pgoutput.Truncate, tx: Transaction) -> None:
+    def truncate(self, m: messages.Truncate, tx: Transaction) -> None:
         """A truncate event per table, with the end offsets of its topic: the views drop what
         came before."""
         self.publisher.flush()  # so the topics' end offsets include every earlier change
@@ -142,7 +142,7 @@ class Changes:
         return Row.of(codec.spec, key_values if values is None else values, op,
                       self.positions.received, tx.commit_header)
 
-    def _refused_row(self, m: pgoutput.Relation, key_values, values, op: str,
+    def _refused_row(self, m: messages.Relation, key_values, values, op: str,
                      tx: Transaction) -> None:
         """A row of a table the capture refused (no key): it follows --on-error as well."""
         row = Row(f"{m.namespace}.{m.name}", None, tuple(c.name for c in m.columns), (),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from capture.health import metrics
-from capture.stream import pgoutput
+from capture.stream import messages, pgoutput
 from capture.stream.spool import Spool
 
 
@@ -21,7 +21,7 @@ class Streamed:
         """A streamed transaction waits for its commit."""
         return bool(self.spool.open)
 
-    def start(self, m: pgoutput.StreamStart) -> None:
+    def start(self, m: messages.StreamStart) -> None:
         self.block_xid = m.xid
 
     def stage(self, payload: bytes, lsn: int) -> None:
@@ -36,7 +36,7 @@ class Streamed:
         if subxid is not None:  # the Origin after a first Stream Start carries none
             self.spool.append(self.block_xid, subxid, lsn, payload)
 
-    def replay(self, m: pgoutput.StreamCommit) -> Iterator[tuple[int, pgoutput.AnyMessage]]:
+    def replay(self, m: messages.StreamCommit) -> Iterator[tuple[int, messages.AnyMessage]]:
         """The committed transaction's messages as they came, each with its WAL position."""
         for lsn, data in self.spool.commit(m.xid):
             yield lsn, pgoutput.parse_streamed(data)[1]
@@ -44,6 +44,6 @@ class Streamed:
     def committed(self) -> None:
         metrics.SPOOLED_BYTES.set(self.spool.bytes)
 
-    def abort(self, m: pgoutput.StreamAbort) -> None:
+    def abort(self, m: messages.StreamAbort) -> None:
         self.spool.abort(m.xid, m.subxid)
         metrics.SPOOLED_BYTES.set(self.spool.bytes)

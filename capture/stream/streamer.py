@@ -20,7 +20,7 @@ from capture.publish.publisher import Publisher
 from capture.setup.state import CaptureState
 from capture.snapshot.incremental import SIGNAL_PREFIX, WATERMARK_PREFIX, IncrementalSnapshots
 from capture.source.publication import Watcher
-from capture.stream import pgoutput
+from capture.stream import messages, pgoutput
 from capture.stream.changes import Changes
 from capture.stream.drift import Drift
 from capture.stream.feedback import Feedback, Positions
@@ -113,39 +113,39 @@ class Streamer:
     # -- messages --------------------------------------------------------------------------
     def handle(self, m) -> None:
         kind = type(m)
-        if kind is pgoutput.Insert:
+        if kind is messages.Insert:
             self.changes.insert(m, self.transaction)
-        elif kind is pgoutput.Update:
+        elif kind is messages.Update:
             self.changes.update(m, self.transaction)
-        elif kind is pgoutput.Delete:
+        elif kind is messages.Delete:
             self.changes.delete(m, self.transaction)
-        elif kind is pgoutput.Begin:
+        elif kind is messages.Begin:
             self._begin(m)
-        elif kind is pgoutput.Commit:
+        elif kind is messages.Commit:
             self._commit(m)
-        elif kind is pgoutput.Relation:
+        elif kind is messages.Relation:
             why = self.changes.relation(m)
             if why:
                 self.watch.republish(m.oid, why)
-        elif kind is pgoutput.Truncate:
+        elif kind is messages.Truncate:
             self.changes.truncate(m, self.transaction)
-        elif kind is pgoutput.Message:
+        elif kind is messages.Message:
             self._message(m)
-        elif kind is pgoutput.StreamStart:
+        elif kind is messages.StreamStart:
             self.streamed.start(m)
-        elif kind is pgoutput.StreamCommit:
+        elif kind is messages.StreamCommit:
             self._stream_commit(m)
-        elif kind is pgoutput.StreamAbort:
+        elif kind is messages.StreamAbort:
             self.streamed.abort(m)
         # Type and Origin messages need nothing: types are read from the catalog by oid.
 
-    def _begin(self, m: pgoutput.Begin) -> None:
+    def _begin(self, m: messages.Begin) -> None:
         self.transaction = Transaction.begin(m, self.tracker.open())
         if self.options.transaction_topic:
             self._send(self.control.transactions_topic, None,
                        self.control.transaction("BEGIN", m.xid, m.final_lsn, m.commit_time))
 
-    def _commit(self, m: pgoutput.Commit) -> None:
+    def _commit(self, m: messages.Commit) -> None:
         tx = self.transaction
         if self.options.transaction_topic:
             self._send(self.control.transactions_topic, None,
@@ -157,10 +157,10 @@ class Streamer:
         # a busy stream is seldom idle: between transactions
         self.watch.between_transactions(self.positions.received)
 
-    def _stream_commit(self, m: pgoutput.StreamCommit) -> None:
+    def _stream_commit(self, m: messages.StreamCommit) -> None:
         """The staged transaction, replayed as the ordinary transaction it is, at its commit's
         place in the stream: published, and confirmed behind Kafka's acknowledgements."""
-        self.handle(pgoutput.Begin(m.lsn, m.commit_time, m.xid))
+        self.handle(messages.Begin(m.lsn, m.commit_time, m.xid))
         for n, (lsn, message) in enumerate(self.streamed.replay(m), 1):
             self.positions.received = lsn
             self.handle(message)
@@ -168,10 +168,10 @@ class Streamer:
                 self.publisher.poll(0)
                 self.feedback.keepalive()
         self.positions.received = m.lsn
-        self.handle(pgoutput.Commit(m.flags, m.lsn, m.end_lsn, m.commit_time))
+        self.handle(messages.Commit(m.flags, m.lsn, m.end_lsn, m.commit_time))
         self.streamed.committed()
 
-    def _message(self, m: pgoutput.Message) -> None:
+    def _message(self, m: messages.Message) -> None:
         if m.prefix == WATERMARK_PREFIX and m.transactional:
             for topic, key, value, row in self.incremental.watermark(m.content):
                 self.publisher.send(topic, key, value, self.transaction.batch, row=row)

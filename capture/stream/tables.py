@@ -16,7 +16,7 @@ from capture.setup import topics
 from capture.setup.state import TopicOwnership
 from capture.source.database import SourceTable, key_columns
 from capture.source.typecatalog import load_columns, load_type
-from capture.stream import pgoutput
+from capture.stream import messages
 from capture.stream.schema_changes import Attributes, compare, shape_of
 from common.errors import BottlerError
 from schemas.pgtypes import Column, PgType
@@ -88,7 +88,7 @@ class Tables:
             raise BottlerError(f"a change for relation {oid} arrived before its description; "
                                "this is a bug, please report it") from None
 
-    def relation(self, m: pgoutput.Relation) -> str | None:
+    def relation(self, m: messages.Relation) -> str | None:
         """A table's description from the stream: build its codec if new or changed. Returns
         why the table's rows must be published again (a rename, a type change, values a table
         rewrite gave: capture/stream/schema_changes.py), or None."""
@@ -191,7 +191,7 @@ class Tables:
         self._met_in[oid] = Attributes.of(self.catalog, oid)  # to know its columns again
         return spec
 
-    def _columns(self, m: pgoutput.Relation) -> list[Column]:
+    def _columns(self, m: messages.Relation) -> list[Column]:
         """Columns as the stream describes them (the catalog may already be ahead of the WAL),
         completed from the catalog where it still agrees (NOT NULL, array dimensions)."""
         current = {c.name: c for c in load_columns(self.catalog, m.oid)}

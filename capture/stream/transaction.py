@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from capture.publish.acks import Batch
-from capture.stream import pgoutput
+from capture.stream import messages
 
 
 @dataclass(slots=True)
@@ -17,6 +17,6 @@ class Transaction:
     batch: Batch  # where the acknowledgements of its messages count
 
     @classmethod
-    def begin(cls, m: pgoutput.Begin, batch: Batch) -> Transaction:
+    def begin(cls, m: messages.Begin, batch: Batch) -> Transaction:
         return cls(m.xid, m.final_lsn, m.commit_time,
-                   b"%d" % pgoutput.pg_time_to_unix_micros(m.commit_time), batch)
+                   b"%d" % messages.pg_time_to_unix_micros(m.commit_time), batch)
