@@ -1,4 +1,11 @@
-"""The stream: pgoutput messages read from the slot and decoded (pgoutput.py; large transactions
-staged until they commit, spool.py), each table's codec kept up with its DDL (tables.py,
-schema_changes.py, drift.py), and the loop that hands each change to the publish room in commit
-order and reports back to the server what Kafka acknowledged (streamer.py and its helpers)."""
+"""The stream: the slot's pgoutput messages, decoded and handed on in commit order.
+
+- replication.py: the replication connection and its options;
+- pgoutput.py decodes into the types of messages.py; large transactions the server streams
+  before they commit wait in spool.py until streamed.py replays them;
+- tables.py keeps each table's codec up with its DDL (schema_changes.py; drift.py for DDL no
+  message brought), and table_watch.py looks between transactions for tables to publish again;
+- streamer.py is the loop: changes.py sends each row change within its Transaction
+  (transaction.py) to the publish room, feedback.py confirms to the server what Kafka
+  acknowledged (the Positions), heartbeat.py keeps a quiet slot moving.
+"""

@@ -35,6 +35,9 @@ FEEDBACK_EVERY = 2000  # messages between Kafka polls / feedback while busy
 
 
 class Streamer:
+    """Reads the slot until stopped: each message handled in commit order, and between them
+    the feedback to the server, heartbeats, the table watch and incremental snapshot chunks."""
+
     def __init__(self, options: StreamOptions, tables: Tables, control: ControlEvents,
                  publisher: Publisher, admin: AdminClient,
                  heartbeats: psycopg.Connection | None, watcher: Watcher | None = None,
