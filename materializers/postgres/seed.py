@@ -44,6 +44,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from common import seedlock
 from common.errors import BottlerError
 from common.kafka import Connection, reader_config
+from common.lsn import Lsn
 from common.pg import connect
 from common.redact import redact
 from materializers.core.changes import TableId, table_of
@@ -52,6 +53,7 @@ from materializers.postgres import APPLICATION_NAME, SEED_CHUNK_PAGES, relay
 from materializers.postgres.ddl import qualified, quote
 from materializers.postgres.seeds import COPYING, DONE, NOT_SEEDED
 from materializers.postgres.sink import PostgresSink
+from schemas import progress as progress_records
 from schemas.pgtypes import libpq_options, session_statements
 from schemas.topics import STATE, with_prefix
 
@@ -199,7 +201,7 @@ class Seeder:
         consumer = self._looker()
         while not self._capture_ready(consumer, topic):
             if (self.marker is not None and time.monotonic() - self.marked_at > MARK_ALONE
-                    and not any(s and s.get("snapshot") == "started"
+                    and not any(s and progress_records.is_started(s)
                                 for s in self.capture_state.values())):
                 self._unmark()  # no snapshot of its capture under way: hold up no other
             if time.monotonic() - said >= CAPTURE_WAIT_LOG:
@@ -232,15 +234,14 @@ class Seeder:
                     return False
                 self.read_state = msg.offset() + 1
                 key = (msg.key() or b"").decode()
-                if "/" not in key:
+                if progress_records.is_slot_key(key):
                     self.capture_state[key] = json.loads(msg.value()) if msg.value() else None
         finally:
             consumer.unassign()
         states = [s for s in self.capture_state.values() if s]
-        if any(s.get("snapshot") == "started" for s in states):
+        if any(progress_records.is_started(s) for s in states):
             self._mark()
-        return any(s.get("snapshot") in ("complete", "skipped") or "layout" in s
-                   for s in states)
+        return any(progress_records.slot_and_topics_made(s) for s in states)
 
     def _looker(self) -> Consumer:
         """The seed's one consumer that only looks (closed when the seed ends)."""
@@ -306,7 +307,7 @@ class Seeder:
             self._mark()
             holder, snapshot, skip_below, snapshot_lsn = self._snapshot(opened)
             log.info("seed: snapshot at %s (copying %d tables with %d workers)",
-                     _lsn_text(snapshot_lsn), len(pending), self.workers)
+                     Lsn(snapshot_lsn), len(pending), self.workers)
             target = self._connect(self.sink.target_dsn)
             opened.append(target)
             self.same_version = (holder.info.server_version // 10000
@@ -364,7 +365,7 @@ class Seeder:
                     + result.error_message.decode(errors="replace").strip(),
                     "raise max_replication_slots (and max_wal_senders) by one, or drop an"
                     " unused slot (bottler slot status)")
-            consistent = _parse_lsn(result.get_value(0, 1).decode())
+            consistent = Lsn.parse(result.get_value(0, 1).decode())
             holder = self._connect(self.source_dsn)
             opened.append(holder)
             holder.execute("begin isolation level repeatable read read only")
@@ -584,15 +585,6 @@ def _restore_key(conn: psycopg.Connection, table: TableId, columns: list[str]) -
         conn.execute(f"truncate {qualified(table)}")
         _add_key(conn, table, columns)
     conn.commit()
-
-
-def _parse_lsn(text: str) -> int:
-    high, low = text.split("/")
-    return (int(high, 16) << 32) | int(low, 16)
-
-
-def _lsn_text(lsn: int) -> str:
-    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
 
 
 def _session(dsn: str) -> psycopg.Connection:
