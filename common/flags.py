@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,7 +27,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Flag:
     """The option of a settings field. ``shown`` is the default as the help says it, for a
     setting whose default the field cannot say (None meaning "computed"); ``param`` and ``env``
@@ -40,17 +40,18 @@ class Flag:
     env: str | None = None
     metavar: str | None = None
 
-    def __init__(self, *names: str, help: str, param: str | None = None,
-                 shown: str | None = None, env: str | None = None, metavar: str | None = None):
-        for name, value in (("names", names), ("help", help), ("param", param), ("shown", shown),
-                            ("env", env), ("metavar", metavar)):
+    def __init__(self, *names: str, help: str, **texts: str | None):
+        object.__setattr__(self, "names", names)
+        object.__setattr__(self, "help", help)
+        for name, value in texts.items():
+            if name not in self.__dataclass_fields__:
+                raise TypeError(f"Flag has no {name}")
             object.__setattr__(self, name, value)
 
-    def but(self, *names: str, **changes: Any) -> Flag:
+    def but(self, *names: str, **changes: str | None) -> Flag:
         """This flag with other names or texts (one command's spelling of a shared setting)."""
-        fields = {**{k: getattr(self, k) for k in ("help", "param", "shown", "env", "metavar")},
-                  **changes}
-        return Flag(*(names or self.names), **fields)
+        texts = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "names"}
+        return Flag(*(names or self.names), **{**texts, **changes})
 
     @property
     def long(self) -> str:
@@ -102,7 +103,8 @@ class Option:
         return hint if hint in (int, float, Path) else str
 
 
-def flags(info: FieldInfo) -> list[Flag]:
+def declared(info: FieldInfo) -> list[Flag]:
+    """The flags a field declares (none: a key and a variable only)."""
     return [m for m in info.metadata if isinstance(m, Flag)]
 
 
@@ -110,7 +112,7 @@ def options(cls: type) -> list[Option]:
     """The options of settings class ``cls``: required settings first, then the clients'
     (broker, registry, prefix), the command's own, and the metrics endpoint."""
     found = [Option(name, flag, info) for name, info in cls.model_fields.items()
-             for flag in flags(info)]
+             for flag in declared(info)]
     return sorted(found, key=_place)
 
 
@@ -135,7 +137,7 @@ def env_names(field: str, info: FieldInfo) -> list[str]:
 def flag_of(cls: type, field: str) -> str:
     """The flag that sets ``field`` (its long spelling; the properties' -C and -R), if any."""
     info = cls.model_fields.get(field)
-    found = flags(info) if info is not None else []
+    found = declared(info) if info is not None else []
     if not found:
         return ""
     spelled = found[-1]  # kafka, schema_registry: their property flags come last

@@ -29,7 +29,6 @@ from common.config import (
 )
 from common.flags import Flag
 
-METRICS_HOST = "127.0.0.1"
 CONFIG_HELP = escape(f"YAML file of settings; its keys are the settings' names "
                      f"[env: {CONFIG_ENV}]")
 
@@ -111,7 +110,7 @@ def _parameter(option: flags.Option) -> inspect.Parameter:
                              show_default=False, **extra))
 
 
-def serve_metrics(port: int | None, host: str = METRICS_HOST) -> None:
+def serve_metrics(port: int | None, host: str) -> None:
     """Serve the process's Prometheus metrics on --metrics-host:--metrics-port, if a port was
     given."""
     if port:
