@@ -19,6 +19,7 @@ slot_app = typer.Typer(no_args_is_help=True, help="Replication slots of the sour
 capture_app = typer.Typer(invoke_without_command=True)
 out = Console()
 
+SLOT = CaptureSettings.model_fields["slot"].default  # the capture's default slot
 DsnOption = typer.Option(None, "--postgres", "-d", help="Source database DSN "
                          r"\[env: BOTTLER_PG_DSN]", show_default=False)
 
@@ -40,7 +41,7 @@ def snapshot_cmd(
     tables: list[str] = typer.Argument(..., help="Tables to re-publish (schema.table; public. "
                                        "may be omitted)", show_default=False),
     postgres: str | None = DsnOption,
-    slot: str = typer.Option("bottler", "--slot", "-s", envvar="BOTTLER_SLOT",
+    slot: str = typer.Option(SLOT, "--slot", "-s", envvar="BOTTLER_SLOT",
                              help="The capture's replication slot."),
 ) -> None:
     """Ask the capture of SLOT to re-publish tables, in chunks, while it streams."""
@@ -84,7 +85,7 @@ def slot_status_cmd(
 @slot_app.command("drop")
 def slot_drop_cmd(
     postgres: str | None = DsnOption,
-    slot: str = typer.Option("bottler", "--slot", "-s", help="The slot to drop."),
+    slot: str = typer.Option(SLOT, "--slot", "-s", help="The slot to drop."),
 ) -> None:
     """Drop a slot, so the server stops retaining WAL for it."""
     from capture.source.slot import drop_slot

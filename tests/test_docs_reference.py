@@ -238,3 +238,12 @@ def test_the_readme_indexes_every_doc() -> None:
     readme = (ROOT / "README.md").read_text()
     missing = [p.name for p in DOCS if f"(docs/{p.name})" not in readme]
     assert not missing, f"README.md does not link {missing}"
+
+
+def test_the_stack_ports_shown_are_the_stacks_defaults() -> None:
+    """`stack up`'s port defaults are compose.stack.Ports' (the help and this page show them)."""
+    from compose.stack import Ports
+
+    shown = {o.field.removesuffix("_port"): o.default for o in flags.options(StackUpSettings)
+             if o.field.endswith("_port")}
+    assert shown == {name: str(port) for name, port in vars(Ports()).items()}
