@@ -26,14 +26,15 @@ log = logging.getLogger(__name__)
 INTERVALS = {"python": 1.0, "spark": 10.0}
 warehouse_app = typer.Typer(no_args_is_help=True, help="Maintain the Delta warehouse tables.")
 
-# optimize and vacuum: plain typer options (typer reads their variable), no settings
-PATH = typer.Option(..., "--path", envvar="BOTTLER_WAREHOUSE_PATH", show_envvar=True,
-                    help="The warehouse directory", show_default=False)
+PATH_ENV = "BOTTLER_WAREHOUSE_PATH"
+PATH_FLAG = Flag("--path", help="The warehouse directory")
+# optimize and vacuum take it as a plain typer option (typer reads its variable): no settings
+PATH = typer.Option(..., *PATH_FLAG.names, envvar=PATH_ENV, show_envvar=True,
+                    help=PATH_FLAG.help, show_default=False)
 
 
 class WarehouseSettings(options.ViewSettings, MetricsSettings):
-    path: Annotated[Path, Flag("--path", help="The warehouse directory")] = Field(
-        validation_alias=env("BOTTLER_WAREHOUSE_PATH"))
+    path: Annotated[Path, PATH_FLAG] = Field(validation_alias=env(PATH_ENV))
     topics: Annotated[list[str], options.TOPICS] = []
     once: Annotated[bool, options.ONCE.but(
         help="Catch up to the current high watermarks, then exit.")] = False
