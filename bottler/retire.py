@@ -25,6 +25,7 @@ from pydantic_settings import NoDecode
 
 from common.config import KafkaSettings, RegistrySettings, TopicPrefixSettings, env
 from common.errors import BottlerError
+from common.flags import Flag
 from common.kafka import client_config
 from common.redact import redact
 from schemas import ownership
@@ -32,13 +33,19 @@ from schemas.topics import CONTROL, table_topic, table_topics, with_prefix
 
 
 class RetireSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings):
-    postgres: str = Field(validation_alias=env("BOTTLER_PG_DSN", "BOTTLER_POSTGRES"))
-    slot: str
-    search: str | None = None
+    postgres: Annotated[str, Flag("--postgres", "-d", help="Source database DSN")] = Field(
+        validation_alias=env("BOTTLER_PG_DSN", "BOTTLER_POSTGRES"))
+    slot: Annotated[str, Flag("--slot", "-s", help="The capture's replication slot")]
+    search: Annotated[str | None, Flag(
+        "--search", help="Elasticsearch or OpenSearch URL: also remove the search indices built "
+        "from these topics")] = None
     # NoDecode: BOTTLER_TARGET_DSN is one DSN, as the replica reads it, not a JSON list
-    target: Annotated[list[str], NoDecode] = Field([], validation_alias=env("BOTTLER_TARGET_DSN"))
-    yes: bool = False
-    dry_run: bool = False
+    target: Annotated[list[str], NoDecode, Flag(
+        "--target", "-t", help="A replica's target database: remove its stored offsets of these "
+        "topics (repeatable)")] = Field([], validation_alias=env("BOTTLER_TARGET_DSN"))
+    yes: Annotated[bool, Flag("--yes", "-y", help="Do not ask for confirmation.")] = False
+    dry_run: Annotated[bool, Flag(
+        "--dry-run", help="List what would be removed, remove nothing.")] = False
 
     @field_validator("target", mode="before")
     @classmethod

@@ -4,6 +4,7 @@ Its settings are `bottler registry serve`'s (flags, BOTTLER_* variables, --confi
 import argparse
 import sys
 
+from common import flags
 from common.config import load
 from common.errors import BottlerError
 from common.redact import redact
@@ -13,22 +14,24 @@ from .settings import ServeSettings
 from .store import StoreError
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """`bottler registry serve`'s options, from the same declarations (common/flags.py)."""
     parser = argparse.ArgumentParser(
         prog="python -m schemas.registry",
         description="Schema registry speaking Confluent's REST API, storing schemas in Kafka.",
     )
-    parser.add_argument("--host", help="address to listen on [127.0.0.1]")
-    parser.add_argument("--port", type=int, help="port to listen on [8081]")
-    parser.add_argument("--broker", "--kafka", dest="broker", help="Kafka bootstrap servers")
-    parser.add_argument("-C", "--kafka-config", dest="kafka_config", action="append",
-                        help="Kafka client property prop=value (repeatable)")
-    parser.add_argument("--topic", help="compacted topic holding the schemas [_schemas]")
-    parser.add_argument("--max-request-bytes", type=int,
-                        help="larger request bodies are refused (HTTP 413)")
-    parser.add_argument("--users-file", help="user:password lines: basic authentication")
+    for option in flags.options(ServeSettings):
+        shown = f" [{option.default}]" if option.default is not None else ""
+        parser.add_argument(*option.flag.names, dest=option.param, metavar=option.flag.metavar,
+                            action="append" if option.kind == list[str] else "store",
+                            type=option.kind if option.kind in (int, float) else None,
+                            help=f"{option.flag.help}{shown} (env {option.env})")
     parser.add_argument("--config", help="YAML file of these settings")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     try:
         serve(load(ServeSettings, vars(args)))
     except (StoreError, BottlerError) as exc:
