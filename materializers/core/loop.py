@@ -72,7 +72,7 @@ class Materializer:
 
     ``skip``: ``skip(message) -> bool``, asked before a message is decoded; a message it
     skips only moves its partition's position (the replica seeded from a snapshot skips what
-    the snapshot holds: :mod:`materializers.postgres.seeds`).
+    the snapshot holds: :mod:`materializers.postgres.seeding.handover`).
 
     ``on_poison``: ``"dead-letter"`` sends an undecodable message, or one the sink rejects with
     :class:`RejectedChange`, to ``<prefix>._bottler.dead-letter`` (original key and value, the
