@@ -27,7 +27,7 @@ from materializers.postgres.cli import materialize_postgres
 from materializers.search.cli import materialize_search, reindex
 from materializers.translators.cli import translate
 from materializers.warehouse.cli import materialize_warehouse, warehouse_app
-from schemas.registry.settings import ServeSettings
+from schemas.registry_server.settings import ServeSettings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 stack_app = typer.Typer(no_args_is_help=True, help="The embedded stack of real services.")
@@ -325,7 +325,7 @@ def registry_serve(
 ) -> None:
     """Run the schema registry (Confluent REST API subset) in the foreground."""
     given = dict(locals())
-    from schemas.registry.server import serve
+    from schemas.registry_server.server import serve
 
     serve(load(ServeSettings, given))
 

@@ -199,10 +199,10 @@ def registry(root: Path, port: int, kafka_port: int) -> Service:
     return Service(
         name="registry",
         argv=[
-            sys.executable, "-m", "schemas.registry", "--host", "127.0.0.1",
+            sys.executable, "-m", "schemas.registry_server", "--host", "127.0.0.1",
             "--port", str(port), "--kafka", f"127.0.0.1:{kafka_port}",
         ],
-        marker="schemas.registry",
+        marker="schemas.registry_server",
         ready=http_ok(f"http://127.0.0.1:{port}/subjects"),
         pidfile=root / "run" / "registry.pid",
         log=root / "logs" / "registry.log",

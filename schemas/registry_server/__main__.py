@@ -1,5 +1,5 @@
-"""python -m schemas.registry: the Confluent-compatible schema registry of the embedded stack.
-Its settings are `bottler registry serve`'s (flags, BOTTLER_* variables, --config file)."""
+"""python -m schemas.registry_server: the Confluent-compatible schema registry of the embedded
+stack. Its settings are `bottler registry serve`'s (flags, BOTTLER_* variables, --config file)."""
 
 import argparse
 import sys
@@ -15,7 +15,7 @@ from .store import StoreError
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m schemas.registry",
+        prog="python -m schemas.registry_server",
         description="Schema registry speaking Confluent's REST API, storing schemas in Kafka.",
     )
     parser.add_argument("--host", help="address to listen on [127.0.0.1]")
