@@ -35,7 +35,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from common import gctune
 from common.errors import BottlerError
 from common.kafka import Connection, client_config, denied, is_denied
-from common.registry import Registry
+from common.registry_client import Registry
 from materializers.core import metrics, poison, positions, watermarks
 from materializers.core.changes import Change, TableId, TopicPartition, table_of
 from materializers.core.decode import DecodeError, Decoder

@@ -27,7 +27,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from common.kafka import Connection, reader_config
-from common.registry import Registry
+from common.registry_client import Registry
 from materializers.core.decode import DecodeError, Decoder
 
 NAME = "bottler_kafka"
