@@ -1,6 +1,6 @@
 """The stack's long-running processes other than PostgreSQL: the broker, the search engine, the
-registry, and the appliance's own processes (capture) that run on them; each under a supervisor
-that restarts it when it fails."""
+registry, and the appliance's own apps that run on them (the capture, the views, the translator,
+the demo load); each under a supervisor that restarts it when it fails."""
 
 from __future__ import annotations
 
