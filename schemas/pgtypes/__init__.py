@@ -8,7 +8,7 @@ the text into the Python value fastavro writes for that schema.
 
 The mapping is lossless: every value PostgreSQL can output maps to exactly one Avro value and
 back, and a value that cannot be represented raises :class:`TypeConversionError` instead of being
-altered. ``docs/type-mapping.md`` is the user-facing table; this module is pure (no database).
+altered. ``docs/type-mapping.md`` is the user-facing table; this package is pure (no database).
 
 The package's rooms: :mod:`.model` (what the catalogs say), :mod:`.session` (the settings of
 the text output), :mod:`.avro` (codecs, names, limits), :mod:`.mapping` (type → codec), the

@@ -8,14 +8,10 @@ import copy
 import hashlib
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from schemas.avro_names import full_name, resolve_names
-from schemas.pgtypes.model import TypeConversionError
-
-if TYPE_CHECKING:
-    from schemas.pgtypes.model import PgType
-
+from schemas.pgtypes.model import PgType, TypeConversionError
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
