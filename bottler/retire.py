@@ -99,7 +99,7 @@ class Plan:
 def plan(s: RetireSettings) -> Plan:
     from confluent_kafka.admin import AdminClient
 
-    from capture.slot import slot_status
+    from capture.source.slot import slot_status
     from common.registry_client import registry_client
 
     p = Plan(s.topic_prefix, s.slot)
@@ -146,7 +146,7 @@ def _in_use(slot: str, pid: int) -> BottlerError:
 def _list_topics(admin, broker: str) -> list[str]:
     from confluent_kafka import KafkaException
 
-    from capture.topics import unreachable_broker
+    from capture.setup.topics import unreachable_broker
 
     try:
         return list(admin.list_topics(timeout=10).topics)
@@ -156,7 +156,7 @@ def _list_topics(admin, broker: str) -> list[str]:
 
 def _recorded(s: RetireSettings, existing: set[str]) -> dict[str, Any]:
     """The capture's progress records (by slot, chunk…), if its progress topic exists."""
-    from capture.state import CaptureState
+    from capture.setup.state import CaptureState
 
     state = CaptureState(s.broker, s.topic_prefix, s.kafka_config)
     return state.read_all() if state.topic in existing else {}
@@ -179,7 +179,7 @@ def _written_by(prefix: str, topic: str, registry, subjects: set[str]) -> bool:
 
 
 def _publications(dsn: str, slot: str) -> list[str]:
-    from capture.publication import unkeyed_name
+    from capture.source.publication import unkeyed_name
     from common.pg import connect
 
     with connect(dsn) as conn:  # the capture's managed publications: named after the slot
@@ -238,7 +238,7 @@ def remove(s: RetireSettings, p: Plan) -> list[str]:
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
-    from capture.slot import drop_slot
+    from capture.source.slot import drop_slot
     from common.pg import connect
     from common.registry_client import registry_client
 

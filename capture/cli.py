@@ -116,7 +116,7 @@ def snapshot_cmd(
                              help="The capture's replication slot."),
 ) -> None:
     """Ask the capture of SLOT to re-publish tables, in chunks, while it streams."""
-    from capture.signal import request_snapshot
+    from capture.snapshot.request import request_snapshot
 
     for table in tables:
         lsn, qualified = request_snapshot(_dsn(postgres), slot, table)
@@ -138,7 +138,7 @@ def slot_status_cmd(
     slot: str | None = typer.Option(None, "--slot", "-s", help="Only this slot."),
 ) -> None:
     """Each logical slot: confirmed LSN, retained WAL, lag, and whether a capture holds it."""
-    from capture.slot import slot_status
+    from capture.source.slot import slot_status
 
     rows = slot_status(_dsn(postgres), slot)
     if slot and not rows:
@@ -159,7 +159,7 @@ def slot_drop_cmd(
     slot: str = typer.Option("bottler", "--slot", "-s", help="The slot to drop."),
 ) -> None:
     """Drop a slot, so the server stops retaining WAL for it."""
-    from capture.slot import drop_slot
+    from capture.source.slot import drop_slot
 
     drop_slot(_dsn(postgres), slot)
     out.print(f"dropped replication slot {slot}")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from capture.slot_health import SlotProbe
+from capture.health.slot_safety import SlotProbe
 from compose.stack import isolated_stack
 from tests.support import rows, wait_for
 

@@ -31,6 +31,7 @@ from bottler.migrate.status import status
 from bottler.migrate.verify import VerifyReport, verify
 from common.errors import BottlerError
 from common.kafka import Connection
+from common.lsn import Lsn
 from common.pg import connect, emit_message_function
 from common.redact import redact
 from materializers.postgres import APPLICATION_NAME as REPLICA_APPLICATION_NAME
@@ -112,7 +113,7 @@ def preconditions(o: Options, src: psycopg.Connection, dst: psycopg.Connection) 
         checks.append(Check(bool(active), f"capture: slot {o.slot} "
                             + ("held by a running capture" if active else
                                "not held by any capture: start `bottler capture`")
-                            + (f", confirmed up to {fence.lsn_text(confirmed)}"
+                            + (f", confirmed up to {Lsn(confirmed)}"
                                if confirmed else "")))
     can_emit = src.execute("select has_function_privilege(%s, 'execute')",
                            (emit_message_function(src),)).fetchone()[0]
@@ -251,7 +252,7 @@ def _fenced(c: Cutover, o: Options, src, dst, roles: fence.RoleFence, say, step)
             f"({roles.ended} sessions ended)")
     topics = set(_table_topics(src, o.prefix)) | {with_prefix(o.prefix, TRUNCATE)}
     lsn = fence.emit(src, "fence")
-    c.fence_at, c.fence_lsn = time.time(), fence.lsn_text(lsn)
+    c.fence_at, c.fence_lsn = time.time(), str(Lsn(lsn))
     say(f"fence: written at {c.fence_lsn}; waiting for the capture to confirm it")
     fence.wait_published(src, o.slot, lsn, o.fence_timeout)
     positions, starts = fence.end_positions(o.broker, topics)

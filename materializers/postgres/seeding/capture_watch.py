@@ -13,6 +13,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from common.kafka import reader_config
 from materializers.postgres.seeding import Stopped
+from schemas import progress as progress_records
 from schemas.topics import STATE, with_prefix
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ class CaptureWatch:
         consumer = self._looker()
         while not self._capture_ready(consumer, topic):
             if (self.marker is not None and time.monotonic() - self.marked_at > MARK_ALONE
-                    and not any(s and s.get("snapshot") == "started"
+                    and not any(s and progress_records.is_started(s)
                                 for s in self.capture_state.values())):
                 self._unmark()  # no snapshot of its capture under way: hold up no other
             if time.monotonic() - said >= CAPTURE_WAIT_LOG:
@@ -72,15 +73,14 @@ class CaptureWatch:
                     return False
                 self.read_state = msg.offset() + 1
                 key = (msg.key() or b"").decode()
-                if "/" not in key:
+                if progress_records.is_slot_key(key):
                     self.capture_state[key] = json.loads(msg.value()) if msg.value() else None
         finally:
             consumer.unassign()
         states = [s for s in self.capture_state.values() if s]
-        if any(s.get("snapshot") == "started" for s in states):
+        if any(progress_records.is_started(s) for s in states):
             self._mark()
-        return any(s.get("snapshot") in ("complete", "skipped") or "layout" in s
-                   for s in states)
+        return any(progress_records.slot_and_topics_made(s) for s in states)
 
     def _looker(self) -> Consumer:
         """The seed's one consumer that only looks (closed when the seed ends)."""

@@ -18,6 +18,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from common import seedlock
 from common.errors import BottlerError
 from common.kafka import Connection
+from common.lsn import Lsn
 from common.pg import connect
 from common.redact import redact
 from materializers.core.changes import TableId, table_of
@@ -149,6 +150,7 @@ class Seeder(CaptureWatch):
                  sum(r[3] == COPYING for r in rows), len(rows))
         return [row[:4] for row in rows]
 
+    # -- copy ----------------------------------------------------------------------------
 
     def _copy(self, pending: list[SeedTable]) -> None:
         started = time.monotonic()
@@ -160,7 +162,7 @@ class Seeder(CaptureWatch):
             self._mark()
             holder, snapshot, skip_below, snapshot_lsn = self._snapshot(opened)
             log.info("seed: snapshot at %s (copying %d tables with %d workers)",
-                     _lsn_text(snapshot_lsn), len(pending), self.workers)
+                     Lsn(snapshot_lsn), len(pending), self.workers)
             target = self._connect(self.sink.target_dsn)
             opened.append(target)
             self.same_version = (holder.info.server_version // 10000
@@ -218,7 +220,7 @@ class Seeder(CaptureWatch):
                     + result.error_message.decode(errors="replace").strip(),
                     "raise max_replication_slots (and max_wal_senders) by one, or drop an"
                     " unused slot (bottler slot status)")
-            consistent = _parse_lsn(result.get_value(0, 1).decode())
+            consistent = Lsn.parse(result.get_value(0, 1).decode())
             holder = self._connect(self.source_dsn)
             opened.append(holder)
             holder.execute("begin isolation level repeatable read read only")
@@ -317,17 +319,6 @@ class Seeder(CaptureWatch):
 
 def _fields(schema: dict) -> list[tuple[str, str]]:
     return [(f.get("pg.name", f["name"]), f.get("pg.type", "")) for f in schema["fields"]]
-
-
-
-
-def _parse_lsn(text: str) -> int:
-    high, low = text.split("/")
-    return (int(high, 16) << 32) | int(low, 16)
-
-
-def _lsn_text(lsn: int) -> str:
-    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
 
 
 def _session(dsn: str) -> psycopg.Connection:

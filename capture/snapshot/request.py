@@ -9,8 +9,8 @@ import json
 
 import psycopg
 
-from capture.incremental import SIGNAL_PREFIX
-from capture.source import session_connect
+from capture.snapshot.incremental import SIGNAL_PREFIX
+from capture.source.database import session_connect
 from common.errors import BottlerError
 from common.pg import emit_message_function
 

@@ -35,14 +35,14 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
-from capture import metrics
-from capture.dead_letters import Row
-from capture.encoding import TableCodec
-from capture.publisher import DataError
-from capture.snapshot import Chunk
-from capture.source import SourceTable, describe_oids, session_connect
-from capture.state import CaptureState
-from capture.tables import Tables, UnkeyedTable
+from capture.health import metrics
+from capture.publish.encoding import TableCodec, Unencodable
+from capture.publish.errors import DataError
+from capture.publish.row import Row
+from capture.setup.state import CaptureState
+from capture.snapshot.exported import Chunk
+from capture.source.database import SourceTable, describe_oids, session_connect
+from capture.stream.tables import Tables, UnkeyedTable
 
 log = logging.getLogger(__name__)
 
@@ -333,9 +333,9 @@ class IncrementalSnapshots:
                     rows[key] = codec.value(values)
                     if self.at_risk(None if isinstance(key, int) else key, rows[key]):
                         at_risk[key] = Row.of(spec, tuple(values), "snapshot")
-                except DataError as error:
-                    error.row = Row.of(spec, tuple(values), "snapshot")  # whole, for a dead letter
-                    self.data_error(error)  # raises under --on-error=exit
+                except Unencodable as exc:  # the row whole, for a dead letter
+                    self.data_error(DataError(  # raises under --on-error=exit
+                        str(exc), Row.of(spec, tuple(values), "snapshot")))
                 if spec.key_columns:
                     position = [values[i] for i in _positions(spec)]
         if spec.key_columns:

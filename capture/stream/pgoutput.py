@@ -3,15 +3,16 @@
 The format is documented in PostgreSQL's "Logical Replication Message Formats"
 (protocol-logicalrep-message-formats). Protocol version 1 is decoded exactly: Begin, Commit,
 Origin, Relation, Type, Insert, Update, Delete, Truncate and logical decoding messages (the
-capture asks for version 1, or with streaming for the server's newest, capture/stream.py).
+capture asks for version 1, or with streaming for the server's newest, capture/stream/streamer.py).
 The self-describing messages of later versions (Stream Start/Stop/Commit/Abort
 from version 2, the two-phase messages from version 3, the Stream Abort tail of version 4) are
 decoded by :func:`parse` as well; changes sent *inside* a streamed block carry a leading xid and
 are decoded with :func:`parse_streamed`.
 
-Tuple data becomes a tuple with one entry per column: ``None`` for SQL NULL, :data:`UNCHANGED`
-for an unchanged TOASTed value the server did not send, ``str`` for text format (decoded as
-UTF-8, the encoding of the source database) and ``bytes`` for binary format.
+The messages are the dataclasses of capture/stream/messages.py. Tuple data becomes a tuple
+with one entry per column: ``None`` for SQL NULL, :data:`UNCHANGED` for an unchanged TOASTed
+value the server did not send, ``str`` for text format (decoded as UTF-8, the encoding of the
+source database) and ``bytes`` for binary format.
 
 Every change goes through here, so the code is written for speed: one dispatch by tuple index on
 the first byte, precompiled :class:`struct.Struct` objects read at offsets (``unpack_from``), the
@@ -25,292 +26,41 @@ by about a third, which pays for that one copy many times over.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, fields
-from typing import Final, TypeAlias
+from dataclasses import fields
+from typing import Final
 
-__all__ = [
-    "PG_EPOCH_UNIX_MICROS",
-    "UNCHANGED",
-    "AnyMessage",
-    "Begin",
-    "BeginPrepare",
-    "Commit",
-    "CommitPrepared",
-    "Delete",
-    "Insert",
-    "Message",
-    "Origin",
-    "Prepare",
-    "ProtocolError",
-    "Relation",
-    "RelationColumn",
-    "RollbackPrepared",
-    "StreamAbort",
-    "StreamCommit",
-    "StreamPrepare",
-    "StreamStart",
-    "StreamStop",
-    "Truncate",
-    "Type",
-    "Update",
-    "lsn_to_str",
-    "parse",
-    "parse_streamed",
-    "pg_time_to_unix_micros",
-    "str_to_lsn",
-    "streamed_xid",
-    "unix_micros_to_pg_time",
-]
-
-
-class ProtocolError(ValueError):
-    """A message that is not valid pgoutput: unknown type, truncated, overlong or malformed."""
-
-
-class _Unchanged:
-    """Type of :data:`UNCHANGED`; there is exactly one instance."""
-
-    __slots__ = ()
-    _instance: _Unchanged | None = None
-
-    def __new__(cls) -> _Unchanged:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "UNCHANGED"
-
-    def __reduce__(self) -> str:
-        # copy, deepcopy and pickle hand back the module-level singleton.
-        return "UNCHANGED"
-
-
-UNCHANGED: Final = _Unchanged()
-"""Stands for a TOASTed column value that did not change and that the server did not send
-(tuple data kind 'u'). It is never real data: the consumer must take the value from elsewhere."""
-
-
-# --- messages of protocol version 1 ---------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Begin:
-    final_lsn: int
-    commit_time: int  # microseconds since 2000-01-01 00:00 UTC, as sent
-    xid: int
-
-
-@dataclass(frozen=True, slots=True)
-class Commit:
-    flags: int
-    lsn: int  # LSN of the commit record
-    end_lsn: int  # end of the transaction: the position to confirm once it is delivered
-    commit_time: int  # microseconds since 2000-01-01 00:00 UTC
-
-
-@dataclass(frozen=True, slots=True)
-class Origin:
-    lsn: int  # LSN of the commit on the origin server
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class RelationColumn:
-    key: bool  # part of the replica identity (primary key or REPLICA IDENTITY index, or all)
-    name: str
-    type_oid: int
-    typmod: int  # -1 when the type has no modifier
-
-
-@dataclass(frozen=True, slots=True)
-class Relation:
-    oid: int
-    namespace: str  # empty for pg_catalog
-    name: str
-    replica_identity: str  # pg_class.relreplident: 'd' default, 'n' nothing, 'f' full, 'i' index
-    columns: tuple[RelationColumn, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Type:
-    oid: int
-    namespace: str  # empty for pg_catalog
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class Insert:
-    relation_oid: int
-    new: tuple
-
-
-@dataclass(frozen=True, slots=True)
-class Update:
-    relation_oid: int
-    old: tuple | None  # None unless the key changed ('K') or REPLICA IDENTITY FULL ('O')
-    old_is_key: bool  # True: `old` holds only the key columns (others None); False: whole row
-    new: tuple
-
-
-@dataclass(frozen=True, slots=True)
-class Delete:
-    relation_oid: int
-    old: tuple
-    old_is_key: bool  # True: only the key columns are set (others None); False: the whole row
-
-
-@dataclass(frozen=True, slots=True)
-class Truncate:
-    relation_oids: tuple[int, ...]
-    cascade: bool
-    restart_identity: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """A logical decoding message ('M'), written by ``pg_logical_emit_message``. Its ``lsn`` is
-    where its WAL record ends. Non-transactional ones arrive outside any Begin/Commit."""
-
-    transactional: bool
-    lsn: int
-    prefix: str
-    content: bytes
-
-
-# --- streamed transactions (protocol version 2+) ---------------------------------------------
-@dataclass(frozen=True, slots=True)
-class StreamStart:
-    xid: int
-    first_segment: bool
-
-
-@dataclass(frozen=True, slots=True)
-class StreamStop:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class StreamCommit:
-    xid: int
-    flags: int
-    lsn: int
-    end_lsn: int
-    commit_time: int
-
-
-@dataclass(frozen=True, slots=True)
-class StreamAbort:
-    xid: int
-    subxid: int  # equals xid when the whole (top-level) transaction aborted
-    abort_lsn: int | None = None  # version 4 with streaming = parallel only
-    abort_time: int | None = None  # version 4 with streaming = parallel only
-
-
-# --- two-phase commit (protocol version 3+, two_phase option) ---------------------------------
-@dataclass(frozen=True, slots=True)
-class BeginPrepare:
-    prepare_lsn: int
-    end_lsn: int
-    prepare_time: int
-    xid: int
-    gid: str
-
-
-@dataclass(frozen=True, slots=True)
-class Prepare:
-    flags: int
-    prepare_lsn: int
-    end_lsn: int
-    prepare_time: int
-    xid: int
-    gid: str
-
-
-@dataclass(frozen=True, slots=True)
-class CommitPrepared:
-    flags: int
-    lsn: int
-    end_lsn: int
-    commit_time: int
-    xid: int
-    gid: str
-
-
-@dataclass(frozen=True, slots=True)
-class RollbackPrepared:
-    flags: int
-    prepare_end_lsn: int
-    rollback_end_lsn: int
-    prepare_time: int
-    rollback_time: int
-    xid: int
-    gid: str
-
-
-@dataclass(frozen=True, slots=True)
-class StreamPrepare:
-    flags: int
-    prepare_lsn: int
-    end_lsn: int
-    prepare_time: int
-    xid: int
-    gid: str
-
-
-# Every message class. (``Message`` is the 'M' message itself, the name the protocol gives it.)
-AnyMessage: TypeAlias = (
-    Begin
-    | Commit
-    | Origin
-    | Relation
-    | Type
-    | Insert
-    | Update
-    | Delete
-    | Truncate
-    | Message
-    | StreamStart
-    | StreamStop
-    | StreamCommit
-    | StreamAbort
-    | BeginPrepare
-    | Prepare
-    | CommitPrepared
-    | RollbackPrepared
-    | StreamPrepare
+from capture.stream.messages import (
+    UNCHANGED,
+    AnyMessage,
+    Begin,
+    BeginPrepare,
+    Commit,
+    CommitPrepared,
+    Delete,
+    Insert,
+    Message,
+    Origin,
+    Prepare,
+    ProtocolError,
+    Relation,
+    RelationColumn,
+    RollbackPrepared,
+    StreamAbort,
+    StreamCommit,
+    StreamPrepare,
+    StreamStart,
+    StreamStop,
+    Truncate,
+    Type,
+    Update,
 )
 
-
-# --- LSNs and timestamps ---------------------------------------------------------------------
-_U64_MAX: Final = (1 << 64) - 1
-PG_EPOCH_UNIX_MICROS: Final = 946_684_800_000_000  # 2000-01-01 00:00 UTC in Unix microseconds
-
-
-def lsn_to_str(lsn: int) -> str:
-    """``0x16B374D848`` → ``"16/B374D848"``, PostgreSQL's pg_lsn text form."""
-    if not 0 <= lsn <= _U64_MAX:
-        raise ValueError(f"LSN out of range: {lsn!r}")
-    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
-
-
-_HEX: Final = frozenset("0123456789abcdefABCDEF")
-
-
-def str_to_lsn(text: str) -> int:
-    """``"16/B374D848"`` → ``0x16B374D848``; accepts what PostgreSQL's pg_lsn input accepts."""
-    hi, sep, lo = text.partition("/")
-    if not (sep and 0 < len(hi) <= 8 and 0 < len(lo) <= 8 and _HEX.issuperset(hi + lo)):
-        raise ValueError(f"not an LSN: {text!r}")
-    return (int(hi, 16) << 32) | int(lo, 16)
-
-
-def pg_time_to_unix_micros(t: int) -> int:
-    """PostgreSQL timestamp (microseconds since 2000-01-01 UTC) → microseconds since 1970."""
-    return t + PG_EPOCH_UNIX_MICROS
-
-
-def unix_micros_to_pg_time(t: int) -> int:
-    """Microseconds since 1970 → PostgreSQL timestamp (microseconds since 2000-01-01 UTC)."""
-    return t - PG_EPOCH_UNIX_MICROS
+__all__ = [
+    "STREAM_STOP",
+    "parse",
+    "parse_streamed",
+    "streamed_xid",
+]
 
 
 # --- decoding --------------------------------------------------------------------------------

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from capture import source
-from capture.source import SETUP_DOC, SourceTable
+from capture.source import database
+from capture.source.database import SETUP_DOC, SourceTable
 from common.errors import BottlerError
 
 log = logging.getLogger(__name__)
@@ -97,8 +97,8 @@ class Publications:
     def check(self) -> list[SourceTable]:
         """The tables to capture, after every check on them; raises with the fix."""
         if not self.managed:
-            published = source.published_tables(self.conn, [self.main], self.tables)
-            source.check_keys(published, self.allow_unkeyed)
+            published = database.published_tables(self.conn, [self.main], self.tables)
+            database.check_keys(published, self.allow_unkeyed)
             return published
         for name, in self.conn.execute(
                 "select pubname from pg_publication where pubname = any(%s) and puballtables",
@@ -121,14 +121,14 @@ class Publications:
                     "name existing tables as schema.table (public. may be omitted)",
                 )
             wanted = [by_name[t] for t in dict.fromkeys(self.tables)]
-        published = source.describe(self.conn, [(c.oid, c.schema, c.name) for c in wanted],
+        published = database.describe(self.conn, [(c.oid, c.schema, c.name) for c in wanted],
                                     self.main)
-        source.check_keys(published, self.allow_unkeyed)
+        database.check_keys(published, self.allow_unkeyed)
         return published
 
     def published(self, conn: psycopg.Connection) -> list[SourceTable]:
         """The tables the publications publish, as ``conn`` (inside a snapshot) sees them."""
-        return source.published_tables(conn, self.existing(), [] if self.managed else self.tables)
+        return database.published_tables(conn, self.existing(), [] if self.managed else self.tables)
 
     def candidates(self) -> list[Candidate]:
         return [Candidate(*row) for row in self.conn.execute(CANDIDATES).fetchall()]
@@ -189,14 +189,14 @@ class Publications:
                 self.conn.execute(statement)
         except psycopg.errors.InsufficientPrivilege:
             raise BottlerError(
-                f"publication {name} does not exist, and role {source.current_user(self.conn)} "
+                f"publication {name} does not exist, and role {database.current_user(self.conn)} "
                 "may not create it",
                 f"have the tables' owner (or a superuser) run: {text}; then pass --publication "
                 f"{name} (see {SETUP_DOC})",
             ) from None
         except psycopg.Error as exc:
             raise BottlerError(
-                f"cannot create publication {name}: {source.first_line(exc)}",
+                f"cannot create publication {name}: {database.first_line(exc)}",
                 f"create it yourself ({text};) and pass --publication {name}",
             ) from None
         log.info("created publication %s", text)
@@ -223,13 +223,13 @@ class Publications:
                 if strict:
                     raise BottlerError(
                         f"cannot change the tables of publication {want or have}: "
-                        f"{source.first_line(exc)}",
+                        f"{database.first_line(exc)}",
                         f"have the table's owner (or a superuser) run: {fix}; (see {SETUP_DOC})",
                     ) from None
                 if c.oid not in self._failed:  # once, not at every scan
                     self._failed.add(c.oid)
                     log.warning("%s: %s; have its owner run: %s;", c.qualified,
-                                source.first_line(exc), fix)
+                                database.first_line(exc), fix)
                 continue
             self._failed.discard(c.oid)
             if want:

@@ -23,12 +23,15 @@ import psycopg
 import psycopg2
 from confluent_kafka.admin import AdminClient
 
-from capture import metrics, topics
-from capture.control import ControlEvents
+from capture.health import metrics
+from capture.publish.control import ControlEvents
 from capture.settings import CaptureSettings
-from capture.slot import drop_slot
-from capture.source import SourceTable
+from capture.setup import topics
+from capture.source.database import SourceTable
+from capture.source.slot import drop_slot
+from capture.stream.messages import unix_micros_to_pg_time
 from common.errors import BottlerError
+from common.lsn import Lsn
 from schemas.topics import table_topic
 
 log = logging.getLogger(__name__)
@@ -197,7 +200,7 @@ def recover(s: CaptureSettings, admin: AdminClient, control: ControlEvents,
     applies), then drop the lost slot; the start that follows makes a new slot and snapshots
     every table. In this order a crash in between is harmless: until the slot is dropped, the
     next run recovers again."""
-    from capture.publisher import Publisher
+    from capture.publish.publisher import Publisher
 
     topics.ensure_topics(admin, [], [control.truncate_topic],
                          config={**s.topic_config, "retention.ms": "-1"})
@@ -221,15 +224,13 @@ def recover(s: CaptureSettings, admin: AdminClient, control: ControlEvents,
 
 
 def _current_lsn(dsn: str) -> int:
-    from capture.pgoutput import str_to_lsn
-
     with psycopg.connect(dsn) as conn:
-        return str_to_lsn(conn.execute("select pg_current_wal_lsn()::text").fetchone()[0])
+        return Lsn.parse(conn.execute("select pg_current_wal_lsn()::text").fetchone()[0])
 
 
 def _pg_now() -> int:
     """Now, in microseconds since PostgreSQL's epoch (2000-01-01), as commit times are."""
-    return int(time.time() * 1_000_000) - 946_684_800_000_000
+    return unix_micros_to_pg_time(int(time.time() * 1_000_000))
 
 
 def _size(n: float) -> str:

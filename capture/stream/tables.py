@@ -10,13 +10,14 @@ from dataclasses import replace
 import psycopg
 from confluent_kafka.admin import AdminClient
 
-from capture import pgoutput, topics
-from capture.encoding import CodecSpec, TableCodec, make_spec
-from capture.registrar import Registrar
-from capture.schema_changes import Attributes, compare, shape_of
-from capture.source import SourceTable, key_columns
-from capture.state import TopicOwnership
-from capture.typecatalog import load_columns, load_type
+from capture.publish.encoding import CodecSpec, TableCodec, make_spec
+from capture.publish.registrar import Registrar
+from capture.setup import topics
+from capture.setup.state import TopicOwnership
+from capture.source.database import SourceTable, key_columns
+from capture.source.typecatalog import load_columns, load_type
+from capture.stream import messages
+from capture.stream.schema_changes import Attributes, compare, shape_of
 from common.errors import BottlerError
 from schemas.pgtypes import Column, PgType
 from schemas.topics import table_topic
@@ -38,9 +39,14 @@ class Tables:
         fmt: str,
         allow_unkeyed: bool,
         topic_config: dict[str, str],
-        temporal_mode: str = "logical",
-        partitions_of: Callable[[str, str], int] = lambda schema, table: 1,
+        temporal_mode: str,
+        partitions_of: Callable[[str, str], int],
+        created_topics: list[str],
+        ownership: TopicOwnership,
     ):
+        """``created_topics``: where the topics this run makes are added (a failed start
+        removes them, capture/setup/undo.py); ``ownership``: records each table topic as the
+        capture's own before its first row."""
         self.catalog = catalog
         self.registrar = registrar
         self.admin = admin
@@ -50,9 +56,8 @@ class Tables:
         self.topic_config = topic_config
         self.temporal_mode = temporal_mode
         self.partitions_of = partitions_of
-        self.created_topics: list[str] = []  # by this run: a failed start removes them
-        # records each table topic as the capture's own before its first row (state.py)
-        self.ownership: TopicOwnership | None = None
+        self.created_topics = created_topics
+        self.ownership = ownership
         self._codecs: dict[int, TableCodec] = {}
         self._met: dict[int, dict | None] = {}  # oid -> the value schema the views last met
         self._met_in: dict[int, Attributes] = {}  # oid -> the catalog when _met was built
@@ -83,10 +88,10 @@ class Tables:
             raise BottlerError(f"a change for relation {oid} arrived before its description; "
                                "this is a bug, please report it") from None
 
-    def relation(self, m: pgoutput.Relation) -> str | None:
+    def relation(self, m: messages.Relation) -> str | None:
         """A table's description from the stream: build its codec if new or changed. Returns
         why the table's rows must be published again (a rename, a type change, values a table
-        rewrite gave: capture/schema_changes.py), or None."""
+        rewrite gave: capture/stream/schema_changes.py), or None."""
         columns = self._columns(m)
         current = self._codecs.get(m.oid)
         if current and _same(current.spec.columns, columns):
@@ -99,7 +104,7 @@ class Tables:
 
     def described(self, table: SourceTable) -> str | None:
         """A table as the catalog describes it, once the stream has passed every change of it:
-        DDL that no row change followed, which no Relation message brings (capture/drift.py).
+        DDL that no row change followed, which no Relation message brings (capture/stream/drift.py).
         Returns what :meth:`relation` returns."""
         return self._changed(table.oid, table.schema, table.name, table.columns, table.key)
 
@@ -180,14 +185,13 @@ class Tables:
                                      created=self.created_topics, partitions=partitions)
         spec = make_spec(schema, name, topic, columns, key, self.fmt, self.registrar,
                          self.temporal_mode, renamed)
-        if self.ownership is not None:
-            self.ownership.claim(schema, name, topic, key)
+        self.ownership.claim(schema, name, topic, key)
         self._codecs[oid] = spec.codec()
         self._met[oid] = spec.value_schema
         self._met_in[oid] = Attributes.of(self.catalog, oid)  # to know its columns again
         return spec
 
-    def _columns(self, m: pgoutput.Relation) -> list[Column]:
+    def _columns(self, m: messages.Relation) -> list[Column]:
         """Columns as the stream describes them (the catalog may already be ahead of the WAL),
         completed from the catalog where it still agrees (NOT NULL, array dimensions)."""
         current = {c.name: c for c in load_columns(self.catalog, m.oid)}

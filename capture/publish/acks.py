@@ -13,20 +13,6 @@ from __future__ import annotations
 
 from collections import deque
 
-from common.errors import BottlerError
-
-# What to do when a Kafka client of the capture failed for good: what Kafka did not acknowledge
-# was never confirmed to PostgreSQL, so the slot sends it again to the next run.
-RESUME = ("start the capture again: it resumes from the last confirmed position, which only "
-          "ever moves behind Kafka's acknowledgements, so nothing is lost (a supervisor such as "
-          "`bottler stack`, systemd or Kubernetes restarts it by itself)")
-
-
-def producer_failed(what: str, reason: str) -> BottlerError:
-    """The capture's end when a producer fails for good (a fatal error: the broker lost its
-    producer state or acknowledged messages, or a gap `enable.gapless.guarantee` forbids)."""
-    return BottlerError(f"{what} failed for good: {reason}; the capture stops", RESUME)
-
 
 class Batch:
     __slots__ = ("failures", "lsn", "pending", "sealed")

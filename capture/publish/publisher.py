@@ -7,8 +7,11 @@ import logging
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from capture.acks import RESUME, AckTracker, Batch, producer_failed
-from capture.dead_letters import ErrorPolicy, OnError, Row
+from capture.publish.acks import AckTracker, Batch
+from capture.publish.dead_letters import ErrorPolicy, OnError
+from capture.publish.errors import RESUME, DataError, producer_failed
+from capture.publish.producer_config import BASE_CONFIG
+from capture.publish.row import Row
 from common.errors import BottlerError
 from common.kafka import client_config
 from common.logs import RateLimited
@@ -16,28 +19,7 @@ from common.logs import RateLimited
 log = logging.getLogger(__name__)
 broker_log = RateLimited(log)  # a broker that is down: one line a minute, not one per retry
 
-BASE_CONFIG = {
-    "enable.idempotence": True,  # no duplicates or reordering from the producer's own retries
-    "acks": "all",
-    "partitioner": "murmur2_random",  # Java's partitioner: every event of a key in one partition
-    "linger.ms": 5,
-    "compression.type": "lz4",
-    "queue.buffering.max.messages": 500_000,
-    "queue.buffering.max.kbytes": 64 * 1024,  # what may wait unacknowledged: bounds memory
-}
-
-
 PRODUCER = "the capture's Kafka producer"
-
-
-class DataError(Exception):
-    """A row that cannot be published as it is (too large, unconvertible); --on-error decides.
-    Whoever knows them fills in ``row`` (the row's text, for its dead letter), ``batch`` (where
-    its acknowledgement counts) and ``message`` (the key and value Kafka refused)."""
-
-    row: Row | None = None
-    batch: Batch | None = None
-    message: tuple[bytes | None, bytes | None] | None = None
 
 
 class Publisher:
@@ -99,9 +81,7 @@ class Publisher:
                 if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
                     raise BottlerError(f"cannot produce to {topic}: {exc.args[0].str()}",
                                        RESUME) from None
-                error = _too_large(topic, len(value or b"") + len(key or b""))
-                error.row, error.batch, error.message = row, batch, (key, value)
-                self.data_error(error)
+                self.data_error(_too_large(topic, row, batch, key, value))
                 return
 
     def poll(self, timeout: float = 0) -> None:
@@ -152,8 +132,7 @@ class Publisher:
                     "check the broker; capture resumes from the last confirmed position",
                 )
                 break
-            error = _too_large(msg.topic(), len(msg.value() or b"") + len(msg.key() or b""))
-            error.row, error.batch, error.message = row, batch, (msg.key(), msg.value())
+            error = _too_large(msg.topic(), row, batch, msg.key(), msg.value())
             try:
                 self.data_error(error)  # a dead letter counts in the batch before it is left
             except BottlerError as exc:
@@ -189,24 +168,11 @@ class _RowDelivery:
             self.batch.pending -= 1
 
 
-def producer_config(kafka_config: dict[str, str], topic_config: dict[str, str]) -> dict[str, str]:
-    """The producer's settings: -C, with ``batch.size`` under the topics' ``max.message.bytes``
-    (-T) unless -C sets it. The broker refuses a whole batch over a topic's limit: small rows
-    batched with a large one would be refused with it."""
-    try:
-        limit = int(topic_config.get("max.message.bytes", 0))
-    except ValueError:
-        return kafka_config  # the broker reports it when the topics are created
-    if limit <= 0 or "batch.size" in kafka_config:
-        return kafka_config
-    size = limit - limit // 255 - 1024  # room for compression's worst case and the framing
-    return {**kafka_config, "batch.size": str(max(1, min(1_000_000, size)))}
-
-
-def _too_large(topic: str, size: int) -> DataError:
+def _too_large(topic: str, row: Row | None, batch: Batch | None, key: bytes | None,
+               value: bytes | None) -> DataError:
+    size = len(value or b"") + len(key or b"")
     return DataError(
         f"a message of {size} bytes for {topic} exceeds the broker's or producer's size limit "
         "(message.max.bytes); raise it with -C message.max.bytes=N and the topic's "
         "max.message.bytes with -T max.message.bytes=N (the capture applies -T settings to its "
-        "existing topics when it starts)"
-    )
+        "existing topics when it starts)", row, batch, (key, value))

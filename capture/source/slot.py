@@ -12,9 +12,9 @@ import psycopg
 import psycopg2
 import psycopg2.extras
 
-from capture.pgoutput import str_to_lsn
-from capture.source import SETUP_DOC, session_connect
+from capture.source.database import SETUP_DOC, session_connect
 from common.errors import BottlerError
+from common.lsn import Lsn
 from common.redact import redact
 from schemas.pgtypes import libpq_options
 
@@ -85,7 +85,7 @@ def create_slot(dsn: str, slot: str) -> NewSlot:
             hint = f"as a superuser run ALTER ROLE <role> REPLICATION; (see {SETUP_DOC})"
         raise BottlerError(f"cannot create replication slot {slot}: {message}", hint) from None
     _, consistent_point, snapshot, _ = cur.fetchone()
-    return NewSlot(conn, str_to_lsn(consistent_point), snapshot)
+    return NewSlot(conn, Lsn.parse(consistent_point), snapshot)
 
 
 @dataclass

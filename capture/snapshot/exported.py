@@ -26,12 +26,14 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from capture import metrics
-from capture.dead_letters import ErrorPolicy, OnError, Row
-from capture.encoding import CodecSpec
-from capture.publisher import DataError, Publisher
-from capture.source import SourceTable, session_connect
-from capture.state import CaptureState, SnapshotRecords
+from capture.health import metrics
+from capture.publish.dead_letters import ErrorPolicy, OnError
+from capture.publish.encoding import CodecSpec, Unencodable
+from capture.publish.errors import DataError
+from capture.publish.publisher import Publisher
+from capture.publish.row import Row
+from capture.setup.state import CaptureState, SnapshotRecords
+from capture.source.database import SourceTable, session_connect
 from common import gctune, seedlock
 from common.children import die_with_parent
 from common.errors import BottlerError
@@ -327,9 +329,9 @@ def _copy_chunk(chunk: Chunk, halt) -> bool:
                 for values in copy.rows():
                     try:
                         key, value = codec.key(values), codec.value(values)
-                    except DataError as error:
-                        error.row = Row.of(chunk.spec, values, "snapshot")
-                        publisher.data_error(error)  # raises under --on-error=exit
+                    except Unencodable as exc:
+                        publisher.data_error(DataError(  # raises under --on-error=exit
+                            str(exc), Row.of(chunk.spec, values, "snapshot")))
                         continue
                     row = None
                     if publisher.at_risk(key, value):  # its text is kept for a dead letter

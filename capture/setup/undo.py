@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
-from capture.source import first_line, session_connect
+from capture.source.database import first_line, session_connect
 
 log = logging.getLogger(__name__)
 

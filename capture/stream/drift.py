@@ -1,18 +1,18 @@
-"""DDL that no row change followed. pgoutput describes a table (a Relation message) only before
-its next change, so a rename or a rewrite (capture/schema_changes.py) of a table nobody writes to
-afterwards would never reach the views. Every few seconds the stream compares each captured
-table's columns in the catalog with the schema the views last met; a difference that is still
-there once the stream has passed the WAL position where it was first seen (every change of the
-table before it has been streamed, none after it, or its Relation message would have ended the
-difference) is taken from the catalog (Tables.described)."""
+"""DDL that no row change followed. pgoutput describes a table (a Relation message) only before its
+next change, so a rename or a rewrite (capture/stream/schema_changes.py) of a table nobody
+writes to afterwards would never reach the views. Every few seconds the stream compares each
+captured table's columns in the catalog with the schema the views last met; a difference that is
+still there once the stream has passed the WAL position where it was first seen (every change of
+the table before it has been streamed, none after it, or its Relation message would have ended
+the difference) is taken from the catalog (Tables.described)."""
 
 from __future__ import annotations
 
 import psycopg
 
-from capture.pgoutput import str_to_lsn
-from capture.schema_changes import shape_of
-from capture.tables import Tables
+from capture.stream.schema_changes import shape_of
+from capture.stream.tables import Tables
+from common.lsn import Lsn
 
 __all__ = ["Drift"]
 
@@ -59,5 +59,5 @@ class Drift:
             shape = list(zip(names, types, strict=True))
             if met is not None and shape_of(met) != shape:
                 drifted[oid] = shape
-        position = str_to_lsn(rows[0][5]) if rows else 0
+        position = Lsn.parse(rows[0][5]) if rows else 0
         return position, drifted

@@ -13,13 +13,12 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from capture.publisher import DataError
 from schemas.avro_schema import record_schemas, row_encoder
 from schemas.pgtypes import Column, TypeConversionError
 from schemas.serde import AvroEncoder
 
 if TYPE_CHECKING:
-    from capture.registrar import Registrar
+    from capture.publish.registrar import Registrar
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +62,11 @@ def make_spec(
                      key_schema, value_schema, key_id, value_id)
 
 
+class Unencodable(ValueError):
+    """A row (or its key) the codec cannot encode; whoever knows the row makes it a DataError
+    (capture/publish/errors.py) for --on-error."""
+
+
 class TableCodec:
     def __init__(self, spec: CodecSpec):
         self.spec = spec
@@ -85,13 +89,13 @@ class TableCodec:
         try:
             return self._encode_key(self._key_record(values))
         except (TypeConversionError, ValueError, TypeError) as exc:
-            raise DataError(f"{self.qualified}: cannot encode the key: {exc}") from None
+            raise Unencodable(f"{self.qualified}: cannot encode the key: {exc}") from None
 
     def value(self, values) -> bytes:
         try:
             return self._encode_value(self._value_record(values))
         except (TypeConversionError, ValueError, TypeError) as exc:
-            raise DataError(f"{self.qualified}: cannot encode a row: {exc}") from None
+            raise Unencodable(f"{self.qualified}: cannot encode a row: {exc}") from None
 
 
 def encode_json(record: dict) -> bytes:

@@ -1,9 +1,10 @@
 """The capture's own progress, kept in the compacted `_bottler.capture` topic: under the slot's
 name, whether its snapshot is complete (and while it is not, the snapshot's layout, so a restart
-resumes it); under `<slot>/chunk/<id>`, each snapshot chunk Kafka acknowledged, and under
-`<slot>/piece/<id>` how far into a chunk it acknowledged (see SnapshotRecords); under
-`<slot>/incremental/<schema>.<table>`, each incremental snapshot under way (incremental.py);
-under `topic/<topic>`, each table topic the capture owns (TopicOwnership; schemas/ownership.py)."""
+resumes it: schemas/progress.py, which others read); under `<slot>/chunk/<id>`, each snapshot
+chunk Kafka acknowledged, and under `<slot>/piece/<id>` how far into a chunk it acknowledged
+(see SnapshotRecords); under `<slot>/incremental/<schema>.<table>`, each incremental snapshot
+under way (incremental.py); under `topic/<topic>`, each table topic the capture owns
+(TopicOwnership; schemas/ownership.py)."""
 
 from __future__ import annotations
 
@@ -12,16 +13,12 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from capture import topics
-from capture.acks import RESUME, producer_failed
+from capture.publish.errors import RESUME, producer_failed
+from capture.setup import topics
 from common.errors import BottlerError
 from common.kafka import client_config, reader_config
 from schemas import ownership
 from schemas.topics import STATE, with_prefix
-
-SNAPSHOT_STARTED = "started"
-SNAPSHOT_COMPLETE = "complete"
-SNAPSHOT_SKIPPED = "skipped"
 
 
 class CaptureState:

@@ -22,16 +22,17 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaException, Producer
 
-from capture import metrics
-from capture.acks import producer_failed
-from capture.pgoutput import UNCHANGED, lsn_to_str
+from capture.health import metrics
+from capture.publish.errors import producer_failed
+from capture.publish.producer_config import BASE_CONFIG
 from common.errors import BottlerError
 from common.kafka import client_config
 from schemas.topics import CAPTURE_DEAD_LETTER, with_prefix
 
 if TYPE_CHECKING:
-    from capture.acks import Batch
-    from capture.encoding import CodecSpec
+    from capture.publish.acks import Batch
+    from capture.publish.errors import DataError
+    from capture.publish.row import Row
 
 log = logging.getLogger(__name__)
 
@@ -59,57 +60,9 @@ class OnError:
         return {**topic_config, "retention.ms": "-1", "max.message.bytes": str(MAX_BYTES)}
 
 
-class Row:
-    """A row as PostgreSQL gave it (each column's text), for its dead letter. Made only for rows
-    that fail, or that are large enough to be refused by the broker (Publisher.at_risk)."""
-
-    __slots__ = ("columns", "commit_time", "key_columns", "lsn", "op", "table", "topic", "values")
-
-    def __init__(self, table: str, topic: str | None, columns: tuple[str, ...],
-                 key_columns: tuple[str, ...], values: tuple | None, op: str,
-                 lsn: int | None = None, commit_time: bytes | None = None):
-        self.table, self.topic, self.op = table, topic, op
-        self.columns, self.key_columns, self.values = columns, key_columns, values
-        self.lsn, self.commit_time = lsn, commit_time
-
-    @classmethod
-    def of(cls, spec: CodecSpec, values: tuple | None, op: str, lsn: int | None = None,
-           commit_time: bytes | None = None) -> Row:
-        """``values``: the new row's texts, or for a delete the old key's."""
-        return cls(f"{spec.schema}.{spec.table}", spec.topic, tuple(c.name for c in spec.columns),
-                   spec.key_columns, values, op, lsn, commit_time)
-
-    def key(self) -> dict | None:
-        if self.values is None or not self.key_columns:
-            return None
-        by_name = dict(zip(self.columns, self.values, strict=False))
-        return {name: _text(by_name.get(name)) for name in self.key_columns}
-
-    def record(self, reason: str, slot: str) -> dict:
-        deleted = self.op == "delete"
-        values = self.values or ()
-        return {
-            "table": self.table, "topic": self.topic, "op": self.op, "key": self.key(),
-            # a delete carries only its key; NULL is null
-            "columns": None if deleted or self.values is None else {
-                name: _text(v) for name, v in zip(self.columns, values, strict=False)},
-            "unchanged": [name for name, v in zip(self.columns, values, strict=False)
-                          if v is UNCHANGED],  # TOASTed values the WAL did not carry
-            "lsn": self.lsn, "lsn_text": None if self.lsn is None else lsn_to_str(self.lsn),
-            "commit_time": int(self.commit_time) if self.commit_time else None,
-            "reason": reason, "slot": slot,
-        }
-
-
-def _text(value):
-    if value is None or value is UNCHANGED:
-        return None
-    return value if isinstance(value, str) else base64.b64encode(value).decode()
-
-
 class ErrorPolicy:
-    """Applies --on-error to a DataError (capture/publisher.py), which carries what is known of
-    the row: ``row`` (its text), ``batch`` (where its acknowledgement counts) and ``message``
+    """Applies --on-error to a DataError (capture/publish/errors.py), which carries what is known
+    of the row: ``row`` (its text), ``batch`` (where its acknowledgement counts) and ``refused``
     (the key and value Kafka refused)."""
 
     def __init__(self, on_error: OnError, bootstrap: str = "",
@@ -124,7 +77,7 @@ class ErrorPolicy:
     def topic(self) -> str:
         return self.on_error.topic
 
-    def __call__(self, error) -> None:
+    def __call__(self, error: DataError) -> None:
         mode = self.on_error.mode
         if mode == "exit":
             raise BottlerError(str(error), "or pass --on-error=dead-letter to send such rows to "
@@ -135,7 +88,7 @@ class ErrorPolicy:
             return
         self._send(error)
 
-    def _send(self, error) -> None:
+    def _send(self, error: DataError) -> None:
         row: Row | None = error.row
         record = (row.record(str(error), self.on_error.slot) if row is not None
                   else {"table": None, "op": None, "key": None, "columns": None,
@@ -145,8 +98,8 @@ class ErrorPolicy:
             headers.append(("bottler.lsn", b"%d" % row.lsn))
         if row is not None and row.commit_time:
             headers.append(("bottler.commit_time", row.commit_time))
-        if error.message is not None:  # what Kafka refused: the row, encoded
-            key, value = error.message
+        if error.refused is not None:  # what Kafka refused: the row, encoded
+            key, value = error.refused
             record["refused"] = {"key": _b64(key), "value": _b64(value)}
         key = json.dumps({"table": record["table"], "key": record["key"]},
                          separators=(",", ":")).encode()
@@ -170,8 +123,6 @@ class ErrorPolicy:
 
     def _producer_for(self) -> Producer:
         if self._producer is None:
-            from capture.publisher import BASE_CONFIG
-
             limit = max(MAX_BYTES + 1024 * 1024,
                         int(self.extra.get("message.max.bytes", 0) or 0))
             self._producer = Producer(client_config(self.bootstrap, **{

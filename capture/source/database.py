@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
-from capture.typecatalog import load_columns
+from capture.source.typecatalog import load_columns
 from common.errors import BottlerError
 from common.pg import connect
 from schemas.pgtypes import Column, libpq_options
