@@ -30,7 +30,7 @@ from materializers.postgres.cli import materialize_postgres
 from materializers.search.cli import materialize_search, reindex
 from materializers.translators.cli import translate
 from materializers.warehouse.cli import materialize_warehouse, warehouse_app
-from schemas.registry.settings import ServeSettings
+from schemas.registry_server.settings import ServeSettings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 stack_app = typer.Typer(no_args_is_help=True, help="The embedded stack of real services.")
@@ -263,7 +263,7 @@ def stack_reset(s: StackResetSettings) -> None:
 @settings_command
 def registry_serve(s: ServeSettings) -> None:
     """Run the schema registry (Confluent REST API subset) in the foreground."""
-    from schemas.registry.server import serve
+    from schemas.registry_server.server import serve
 
     serve(s)
 

@@ -107,7 +107,7 @@ def plan(s: RetireSettings) -> Plan:
     from confluent_kafka.admin import AdminClient
 
     from capture.source.slot import slot_status
-    from common.registry import registry_client
+    from common.registry_client import registry_client
 
     p = Plan(s.topic_prefix, s.slot)
     rows = slot_status(s.postgres, s.slot)
@@ -247,7 +247,7 @@ def remove(s: RetireSettings, p: Plan) -> list[str]:
 
     from capture.source.slot import drop_slot
     from common.pg import connect
-    from common.registry import registry_client
+    from common.registry_client import registry_client
 
     done = []
     if p.slot_exists:

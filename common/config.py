@@ -294,7 +294,7 @@ class RegistrySettings(Settings):
         return props
 
     def check_clients(self) -> None:
-        from common.registry import check_registry
+        from common.registry_client import check_registry
 
         check_registry(self.schema_registry)
         super().check_clients()

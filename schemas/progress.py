@@ -1,7 +1,7 @@
 """The capture's progress records: how far a capture's snapshot got, kept in its compacted control
 topic ``[prefix.]_bottler.capture`` (written by capture/setup/state.py), and read by the
-replica's seed (materializers/postgres/seed.py) to know when the capture has made its slot and
-its table topics.
+replica's seed (materializers/postgres/seeding/capture_watch.py) to know when the capture has
+made its slot and its table topics.
 
 One record per slot, under the slot's name, a JSON object::
 

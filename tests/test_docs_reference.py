@@ -22,7 +22,7 @@ from materializers.postgres.cli import ReplicaSettings
 from materializers.search.cli import ReindexSettings, SearchSettings
 from materializers.translators.cli import TranslateSettings
 from materializers.warehouse.cli import WarehouseSettings
-from schemas.registry.settings import ServeSettings
+from schemas.registry_server.settings import ServeSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "configuration.md"

@@ -10,7 +10,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from common.errors import BottlerError
 from common.redact import redact
-from common.registry import Registry, check_registry, registry_client, registry_url
+from common.registry_client import Registry, check_registry, registry_client, registry_url
 
 log = logging.getLogger(__name__)
 

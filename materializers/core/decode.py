@@ -11,7 +11,7 @@ from typing import Any
 import fastavro
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from common.registry import Registry, registry_client
+from common.registry_client import Registry, registry_client
 from materializers.core.changes import TableId
 from schemas.avro_reader import Reader, compile_reader
 from schemas.avro_schema import without_logical_types

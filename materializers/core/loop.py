@@ -35,7 +35,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from common import gctune
 from common.errors import BottlerError
 from common.kafka import Connection, client_config, denied, is_denied
-from common.registry import Registry
+from common.registry_client import Registry
 from materializers.core import metrics, poison, positions, watermarks
 from materializers.core.changes import Change, TableId, TopicPartition, table_of
 from materializers.core.decode import DecodeError, Decoder
@@ -72,7 +72,7 @@ class Materializer:
 
     ``skip``: ``skip(message) -> bool``, asked before a message is decoded; a message it
     skips only moves its partition's position (the replica seeded from a snapshot skips what
-    the snapshot holds: :mod:`materializers.postgres.seeds`).
+    the snapshot holds: :mod:`materializers.postgres.seeding.handover`).
 
     ``on_poison``: ``"dead-letter"`` sends an undecodable message, or one the sink rejects with
     :class:`RejectedChange`, to ``<prefix>._bottler.dead-letter`` (original key and value, the

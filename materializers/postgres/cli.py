@@ -48,8 +48,9 @@ def materialize_postgres(s: ReplicaSettings) -> None:
     marker = seedlock.marker(s.seed_from, REPLICA_APPLICATION_NAME) if s.seed_from else None
     from materializers.core import Materializer
     from materializers.postgres.adoption import topic_ends
-    from materializers.postgres.seed import Seeder, Stopped
-    from materializers.postgres.seeds import SeedFilter
+    from materializers.postgres.seeding import Stopped
+    from materializers.postgres.seeding.handover import SeedFilter
+    from materializers.postgres.seeding.seeder import Seeder
     from materializers.postgres.sink import PostgresSink
 
     s.check_clients()

@@ -1,6 +1,8 @@
-"""Kafka topic-partition offset ranges as a PySpark Python data source (``bottler_kafka``):
-Spark's own Kafka connector cannot be used here, so every Spark partition reads one offset
-range with confluent-kafka and decodes it through the schema registry, in the executors.
+"""Kafka topic-partition offset ranges as a PySpark Python data source (``bottler_kafka``), for
+Spark sessions without Spark's own Kafka connector on their classpath (where its jars are,
+kafka.py reads the same ranges with it, and the ``--route spark`` of native.py always uses it):
+every Spark partition reads one offset range with confluent-kafka and decodes it through the
+schema registry, in the executors.
 
 Rows, the last event of each key in the range: ``topic, partition, offset, timestamp, op``
 (``upsert``, ``delete``, or ``poison`` for a message that does not decode), ``identity`` (the key
@@ -27,7 +29,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from common.kafka import Connection, reader_config
-from common.registry import Registry
+from common.registry_client import Registry
 from materializers.core.decode import DecodeError, Decoder
 
 NAME = "bottler_kafka"

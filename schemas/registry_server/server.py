@@ -12,7 +12,7 @@ from .auth import load_users
 from .settings import ServeSettings
 from .store import SchemaStore, StoreError
 
-log = logging.getLogger("schemas.registry")
+log = logging.getLogger("schemas.registry_server")
 
 
 def serve(settings: ServeSettings) -> None:

@@ -1,5 +1,5 @@
-"""The registry's settings (`bottler registry serve`, `python -m schemas.registry`), on the one
-configuration system of common/config.py."""
+"""The registry server's settings (`bottler registry serve`, `python -m schemas.registry_server`),
+on the one configuration system of common/config.py."""
 
 from __future__ import annotations
 

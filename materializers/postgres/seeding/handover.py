@@ -1,8 +1,8 @@
-"""What the replica's seed left in the target (``bottler.seeds``), and what it means for the
-messages that follow: where each seeded table's topic is read from, and which of its messages
-the seed already holds (:class:`SeedFilter`).
+"""Where the topics take over from the replica's seed: what the seed left in the target
+(``bottler.seeds``), and what it means for the messages that follow: where each seeded table's
+topic is read from, and which of its messages the seed already holds (:class:`SeedFilter`).
 
-A table seeded from a source snapshot (:mod:`materializers.postgres.seed`) is recorded with
+A table seeded from a source snapshot (:mod:`materializers.postgres.seeding`) is recorded with
 ``skip_below`` (B), the source's WAL insert position read just before the snapshot's slot was
 created, and the topic's end offsets read before that (``start_offsets``). Why the rule below
 is exact:

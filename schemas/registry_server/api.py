@@ -1,8 +1,5 @@
-"""HTTP API: the subset of Confluent Schema Registry's REST API that serializers and tools use.
-
-Errors are {"error_code": N, "message": ...} with Confluent's codes, so Confluent clients raise
-their usual SchemaRegistryError. Only Avro schemas without references are served.
-"""
+"""The API's handlers: Confluent Schema Registry's endpoints over the :class:`~.store.SchemaStore`,
+with Confluent's error codes, and the checks of what a request asks for."""
 
 import json
 import logging
@@ -10,19 +7,11 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
-from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
-from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from . import compatibility as compat
-from .auth import REALM, authorized
-from .settings import MAX_REQUEST_BYTES
-from .store import RecordTooLarge, SchemaStore, StoreError, Version, canonical
+from .store import SchemaStore, Version, canonical
 
 MEDIA_TYPE = "application/vnd.schemaregistry.v1+json"
 
@@ -34,13 +23,6 @@ class ApiError(Exception):
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
 
-
-def _reply(content: object, status: int = 200) -> Response:
-    return Response(json.dumps(content), status_code=status, media_type=MEDIA_TYPE)
-
-
-def _error(status: int, code: int, message: str) -> Response:
-    return _reply({"error_code": code, "message": message}, status)
 
 
 @dataclass
@@ -104,7 +86,7 @@ def _level_from(body: dict) -> str:
     return level.upper()
 
 
-class Registry:
+class SchemaApi:
     """The endpoint handlers. They run one at a time (see run), so check-then-write sequences
     such as "is this schema new? then give it the next id" cannot interleave."""
 
@@ -368,118 +350,3 @@ class Modes:
     def contexts(self, call: Call) -> list[str]:
         return ["."]
 
-
-class _BasicAuth:
-    """Every request needs a user's credentials (HTTP basic), as Confluent's registry with basic
-    authentication on: 401 with error_code 401 otherwise."""
-
-    def __init__(self, app, users: dict[str, str]):
-        self.app, self.users = app, users
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http":
-            header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-            if not authorized(header, self.users):
-                response = _error(401, 401, "Unauthorized")
-                response.headers["WWW-Authenticate"] = f'Basic realm="{REALM}"'
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-def _too_large(limit: int) -> Response:
-    return _error(413, 413, f"Request body is larger than this registry accepts ({limit} bytes;"
-                  " its --max-request-bytes)")
-
-
-async def _body(request: Request, limit: int) -> bytes | None:
-    """The request body, or None past ``limit`` bytes (never read further)."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        return None
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            return None
-    return bytes(body)
-
-
-def _endpoint(api: Registry, handler: Callable[[Call], object], limit: int):
-    async def endpoint(request: Request) -> Response:
-        raw = await _body(request, limit)
-        if raw is None:
-            return _too_large(limit)
-        try:
-            body = json.loads(raw) if raw.strip() else {}
-        except ValueError as exc:
-            return _error(400, 400, f"Request body is not valid JSON: {exc}")
-        if not isinstance(body, dict):
-            return _error(400, 400, "Request body must be a JSON object")
-        try:
-            call = Call(dict(request.path_params), request.query_params, body)
-            result = await run_in_threadpool(api.run, handler, call, request.method)
-        except ApiError as exc:
-            return _error(exc.status, exc.code, exc.message)
-        except RecordTooLarge as exc:  # the schema, not the broker: say so
-            return _error(413, 413, str(exc))
-        except StoreError as exc:
-            log.error("%s", exc)
-            return _error(500, 50001, f"Error in the backend data store: {exc}")
-        return result if isinstance(result, Response) else _reply(result)
-
-    return endpoint
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    return _error(exc.status_code, exc.status_code, f"HTTP {exc.status_code} {exc.detail}")
-
-
-async def _crash(request: Request, exc: Exception) -> Response:
-    # Logged with its traceback by Starlette; the client gets a one-line reason only.
-    return _error(500, 500, f"Internal error: {type(exc).__name__}: {exc}")
-
-
-def create_app(store: SchemaStore, max_request_bytes: int = MAX_REQUEST_BYTES,
-               users: dict[str, str] | None = None) -> Starlette:
-    """The ASGI app serving `store`, which must be started already; request bodies over
-    ``max_request_bytes`` are refused with HTTP 413; with ``users`` (user: password), every
-    request needs one's credentials (HTTP basic)."""
-    api = Registry(store)
-    modes = Modes()
-    table = [
-        ("GET", "/", api.root),
-        ("GET", "/schemas/types", api.schema_types),
-        ("GET", "/schemas/ids/{id:int}", api.get_schema),
-        ("GET", "/schemas/ids/{id:int}/versions", api.schema_versions),
-        ("GET", "/schemas/ids/{id:int}/subjects", api.schema_subjects),
-        ("GET", "/subjects", api.list_subjects),
-        ("POST", "/subjects/{subject}", api.lookup),
-        ("DELETE", "/subjects/{subject}", api.delete_subject),
-        ("GET", "/subjects/{subject}/versions", api.list_versions),
-        ("POST", "/subjects/{subject}/versions", api.register),
-        ("GET", "/subjects/{subject}/versions/{version}", api.get_version),
-        ("DELETE", "/subjects/{subject}/versions/{version}", api.delete_version),
-        ("GET", "/subjects/{subject}/versions/{version}/schema", api.get_version_schema),
-        ("POST", "/compatibility/subjects/{subject}/versions", api.test_all),
-        ("POST", "/compatibility/subjects/{subject}/versions/{version}", api.test_version),
-        ("GET", "/config", api.get_global_config),
-        ("PUT", "/config", api.put_config),
-        ("DELETE", "/config", api.delete_config),
-        ("GET", "/config/{subject}", api.get_subject_config),
-        ("PUT", "/config/{subject}", api.put_config),
-        ("DELETE", "/config/{subject}", api.delete_config),
-        ("GET", "/mode", modes.get_mode),
-        ("PUT", "/mode", modes.put_mode),
-        ("GET", "/mode/{subject}", modes.get_mode),
-        ("PUT", "/mode/{subject}", modes.put_mode),
-        ("DELETE", "/mode/{subject}", modes.delete_mode),
-        ("GET", "/contexts", modes.contexts),
-    ]
-    routes = [Route(path, _endpoint(api, fn, max_request_bytes), methods=[method])
-              for method, path, fn in table]
-    return Starlette(
-        routes=routes, exception_handlers={HTTPException: _http_error, Exception: _crash},
-        middleware=[Middleware(_BasicAuth, users=users)] if users else [],
-    )

@@ -1,5 +1,5 @@
-"""python -m schemas.registry: the Confluent-compatible schema registry of the embedded stack.
-Its settings are `bottler registry serve`'s (flags, BOTTLER_* variables, --config file)."""
+"""python -m schemas.registry_server: the Confluent-compatible schema registry of the embedded
+stack. Its settings are `bottler registry serve`'s (flags, BOTTLER_* variables, --config file)."""
 
 import argparse
 import sys
@@ -17,7 +17,7 @@ from .store import StoreError
 def parser() -> argparse.ArgumentParser:
     """`bottler registry serve`'s options, from the same declarations (common/flags.py)."""
     parser = argparse.ArgumentParser(
-        prog="python -m schemas.registry",
+        prog="python -m schemas.registry_server",
         description="Schema registry speaking Confluent's REST API, storing schemas in Kafka.",
     )
     for option in flags.options(ServeSettings):
