@@ -8,7 +8,9 @@ import httpx
 import psycopg
 
 from compose.stack import isolated_stack
-from tests.support import Decoder, execute, read_topic, rows, wait_for
+from tests.support.databases import execute, rows
+from tests.support.topics import Decoder, read_topic
+from tests.support.waiting import wait_for
 
 
 def metric(url: str, name: str) -> float | None:
@@ -38,7 +40,7 @@ def search_status(url: str, order: int) -> str | None:
 
 
 def order_events(stack) -> dict[int, list[str]]:
-    from tests.conftest import RunningStack
+    from tests.support.stack import RunningStack
     from tests.test_translate import Events
 
     return Events(RunningStack(stack), "order-events").by_order()

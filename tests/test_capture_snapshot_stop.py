@@ -16,7 +16,9 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from capture.snapshot import PIECES, Chunk
-from tests.support import execute, read_topic, rows, wait_for, wait_streaming
+from tests.support.databases import execute, rows
+from tests.support.topics import read_topic
+from tests.support.waiting import wait_for, wait_streaming
 
 ROWS = 300_000
 CHUNK_PAGES = 40

@@ -23,7 +23,7 @@ import pytest
 from materializers.core import Change, MemorySink, TableId
 from materializers.postgres import PostgresSink
 from materializers.postgres.ddl import qualified, quote
-from tests.support import fresh_database
+from tests.support.databases import fresh_database
 
 TOPIC, UNKEYED_TOPIC = "p.items", "p.log"
 ITEMS, LOG = TableId("public", "items"), TableId("public", "log")
@@ -402,16 +402,6 @@ def test_the_consumer_loop_rebuilds_what_ran_all_along(adapter, stack):
         == {(8,): (8, "after the truncate")}
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from materializers.warehouse import jvm
-    from materializers.warehouse.job import spark_session
-
-    session = spark_session("local[2]")
-    yield session
-    jvm.stop(session)
-
-
 def test_the_warehouse_job_as_it_ships_rebuilds_what_ran_all_along(stack, spark, tmp_path):
     """The warehouse as it ships: WarehouseJob with its DeltaSink (executors stage the rows,
     delta-rs merges them), not the sink under the consumer loop."""
@@ -455,6 +445,6 @@ def test_the_warehouse_job_as_it_ships_rebuilds_what_ran_all_along(stack, spark,
 
 def _delta_rows(root, table) -> list[tuple]:
     from materializers.warehouse.sink import DeltaSink
-    from tests.conformance_warehouse import rows
+    from tests.support.conformance_warehouse import rows
 
     return rows(DeltaSink(root), table, ("id", "v"))

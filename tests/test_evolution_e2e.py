@@ -9,16 +9,16 @@ import time
 import uuid
 
 import psycopg
-import pytest
 
 from materializers.core import Materializer, TableId
 from materializers.postgres import PostgresSink
 from materializers.search.client import SearchClient
 from materializers.search.sink import SearchSink
 from materializers.warehouse.delta import open_table
-from materializers.warehouse.job import WarehouseJob, spark_session
-from tests.conformance_search import documents
-from tests.support import execute, fresh_database, wait_streaming
+from materializers.warehouse.job import WarehouseJob
+from tests.support.conformance_search import documents
+from tests.support.databases import execute, fresh_database
+from tests.support.waiting import wait_streaming
 
 ACCOUNTS = TableId("public", "accounts")
 WRITES = [
@@ -54,13 +54,6 @@ def converge(read, expected: list[tuple], run, timeout: float = 120) -> None:
 def loop(stack, prefix, sink, group: str) -> None:
     Materializer(sink, bootstrap=stack.kafka, registry=stack.registry_url, group_id=group,
                  prefix=prefix, batch_timeout=0.2, progress=False).run_until_caught_up(60)
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = spark_session("local[2]")
-    yield session
-    session.stop()
 
 
 def test_every_view_shows_an_added_columns_default_on_older_rows(stack, source, prefix, start,

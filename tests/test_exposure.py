@@ -17,9 +17,10 @@ from psycopg.conninfo import conninfo_to_dict
 
 from compose.procs import MARK, free_port
 from compose.stack import isolated_stack
-from tests.listeners import environment_holds, listeners, tree
-from tests.support import fresh_database, wait_for
-from tests.test_capture_errors import ROOT, bottler, clean_env
+from tests.support.cli import ROOT, bottler, clean_env
+from tests.support.databases import fresh_database
+from tests.support.listeners import environment_holds, listeners, tree
+from tests.support.waiting import wait_for
 
 
 def outside_address() -> str | None:

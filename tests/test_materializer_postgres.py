@@ -19,10 +19,10 @@ from materializers.postgres import PostgresSink
 from materializers.postgres.ddl import create_statements, desired_shape
 from materializers.postgres.values import copy_escape, interval_text, text_converter
 from schemas.pgtypes import session_statements
-from tests.support import execute, fresh_database, wait_for, wait_streaming
+from tests.support.databases import execute, fresh_database
+from tests.support.waiting import wait_for, wait_streaming
 
 pytestmark = pytest.mark.pg_matrix  # on PostgreSQL 15 and 18 (tests/conftest.py)
-
 
 
 @pytest.fixture

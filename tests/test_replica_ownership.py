@@ -12,8 +12,9 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tests.support import execute, fresh_database, rows, wait_for, wait_streaming
-from tests.test_capture_errors import assert_clear_error, bottler
+from tests.support.cli import assert_clear_error, bottler
+from tests.support.databases import execute, fresh_database, rows
+from tests.support.waiting import wait_for, wait_streaming
 
 SOURCE = """
 create table t1 (id int primary key, name text, qty int);

@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 from bottler.cli import app
 from materializers.search import indices
 from materializers.search.client import SearchClient
-from tests.support import execute, fresh_database, rows, wait_for, wait_streaming
+from tests.support.databases import execute, fresh_database, rows
+from tests.support.waiting import wait_for, wait_streaming
 from tests.test_materializer_postgres import replica
 
 

@@ -30,15 +30,9 @@ from compose.demo import seed
 from compose.load import run_load
 from materializers.search.client import SearchClient
 from materializers.search.documents import TABLE_FIELD
-from tests.support import (
-    Decoder,
-    execute,
-    fresh_database,
-    read_topic,
-    rows,
-    wait_for,
-    wait_streaming,
-)
+from tests.support.databases import execute, fresh_database, rows
+from tests.support.topics import Decoder, read_topic
+from tests.support.waiting import wait_for, wait_streaming
 
 # per shop table: key columns, one more column compared in the search index
 SHOP = {"customers": (("id",), "email"), "products": (("id",), "sku"),

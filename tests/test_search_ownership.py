@@ -11,9 +11,10 @@ import pytest
 
 from materializers.search import indices
 from materializers.search.client import SearchClient
-from tests import search_api as api
-from tests.support import execute, wait_streaming
-from tests.test_capture_errors import assert_clear_error, bottler
+from tests.support import search_api as api
+from tests.support.cli import assert_clear_error, bottler
+from tests.support.databases import execute
+from tests.support.waiting import wait_streaming
 
 SOURCE = """
 create table items (id int primary key, name text);

@@ -10,7 +10,8 @@ import time
 import psycopg
 
 from common import seedlock
-from tests.support import execute, wait_for
+from tests.support.databases import execute
+from tests.support.waiting import wait_for
 from tests.test_capture_snapshot_stop import copied, start_capture
 
 ROWS = 2_000

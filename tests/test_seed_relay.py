@@ -12,7 +12,7 @@ import pytest
 from common.errors import BottlerError
 from common.pg import client_args
 from materializers.postgres import relay
-from tests.support import execute, fresh_database, rows
+from tests.support.databases import execute, fresh_database, rows
 
 pytestmark = pytest.mark.stack
 

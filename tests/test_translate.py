@@ -27,7 +27,9 @@ from materializers.translators import Event, Output, RowChange, Source, Translat
 from materializers.translators.examples import orders
 from materializers.translators.loading import load
 from materializers.translators.runner import TranslatorRunner
-from tests.support import execute, in_thread, read_committed, wait_for, wait_streaming
+from tests.support.databases import execute
+from tests.support.topics import read_committed
+from tests.support.waiting import in_thread, wait_for, wait_streaming
 
 ORDERS = """
 create table orders (

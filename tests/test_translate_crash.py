@@ -17,7 +17,9 @@ from dataclasses import replace
 import psycopg
 
 from materializers.translators.examples import orders
-from tests.support import execute, read_committed, rows, wait_for, wait_streaming
+from tests.support.databases import execute, rows
+from tests.support.topics import read_committed
+from tests.support.waiting import wait_for, wait_streaming
 from tests.test_translate import ORDERS, Events
 
 SLOW_CHANGE = 0.004  # seconds per change: a batch of 50 is a transaction open for ~0.2 s

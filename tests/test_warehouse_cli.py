@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import execute, topic_state
-from tests.test_capture_errors import assert_clear_error, bottler
+from tests.support.cli import assert_clear_error, bottler
+from tests.support.databases import execute
+from tests.support.topics import topic_state
 
 
 def test_an_unwritable_warehouse_directory_is_refused_before_spark_starts(tmp_path):
