@@ -20,6 +20,7 @@ pytest_plugins = [
     "tests.support.capture",
     "tests.support.spark",
     "tests.support.own_stack",
+    "tests.support.search_api",
 ]
 
 # The fixtures that start a service (or hold one the session started): a test that uses one,

@@ -29,7 +29,7 @@ from compose.procs import free_port
 from compose.stack import new_stack_dir
 from tests.support.capture import CaptureThread
 from tests.support.cli import ROOT, assert_clear_error, bottler, clean_env, services
-from tests.support.databases import execute, fresh_database
+from tests.support.databases import execute
 from tests.support.topics import Decoder, read_topic
 from tests.support.waiting import wait_for
 
@@ -70,17 +70,12 @@ class Role:
 
 # -- fixtures --------------------------------------------------------------------------------
 
-@pytest.fixture
-def source(stack):
-    """A fresh database with two tables, as the superuser (whose DSN carries a password)."""
-    with fresh_database(stack.pg_dsn) as dsn:
-        execute(dsn, SCHEMA)
-        yield dsn
 
-
-@pytest.fixture
-def prefix() -> str:
-    return f"e{uuid.uuid4().hex[:8]}"
+@pytest.fixture(autouse=True)
+def items_and_secret(source) -> None:
+    """The test's source database (as the superuser, whose DSN carries a password) holds two
+    tables: `items` and `secret`."""
+    execute(source, SCHEMA)
 
 
 @pytest.fixture

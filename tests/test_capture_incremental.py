@@ -13,14 +13,13 @@ import sys
 import uuid
 
 import psycopg
-import pytest
 
 from capture.incremental import Request, Window, _widen
 from capture.state import CaptureState
 from materializers.core import Materializer
 from materializers.postgres import PostgresSink
 from tests.support.cli import bottler
-from tests.support.databases import WriteLoad, execute, fresh_database, rows
+from tests.support.databases import WriteLoad, execute, rows
 from tests.support.topics import Decoder, read_topic, topic_state
 from tests.support.waiting import wait_for, wait_streaming
 
@@ -87,12 +86,6 @@ def start_capture(stack, source, prefix, log):
          "--heartbeat-interval", "1", "--incremental-chunk-rows", str(CHUNK_ROWS)],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
-
-
-@pytest.fixture
-def target(stack):
-    with fresh_database(stack.pg_dsn) as dsn:
-        yield dsn
 
 
 def test_incremental_snapshot_under_writes_survives_kill_9(stack, source, target, prefix,

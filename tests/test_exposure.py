@@ -18,7 +18,6 @@ from psycopg.conninfo import conninfo_to_dict
 from compose.procs import MARK, free_port
 from compose.stack import isolated_stack
 from tests.support.cli import ROOT, bottler, clean_env
-from tests.support.databases import fresh_database
 from tests.support.listeners import environment_holds, listeners, tree
 from tests.support.waiting import wait_for
 
@@ -43,12 +42,6 @@ def answers(host: str, port: int) -> bool:
 
 def warnings(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("warning: ")]
-
-
-@pytest.fixture
-def target(stack):
-    with fresh_database(stack.pg_dsn) as dsn:
-        yield dsn
 
 
 @pytest.mark.parametrize("host", [None, "0.0.0.0"], ids=["default", "every-interface"])

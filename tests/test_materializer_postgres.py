@@ -25,12 +25,6 @@ from tests.support.waiting import wait_for, wait_streaming
 pytestmark = pytest.mark.pg_matrix  # on PostgreSQL 15 and 18 (tests/conftest.py)
 
 
-@pytest.fixture
-def target(stack):
-    with fresh_database(stack.pg_dsn) as dsn:
-        yield dsn
-
-
 def fetch(dsn: str, query: str) -> list[tuple]:
     with psycopg.connect(dsn) as conn:
         for statement in session_statements():

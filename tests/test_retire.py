@@ -11,7 +11,6 @@ import time
 import uuid
 
 import psycopg
-import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from typer.testing import CliRunner
@@ -19,15 +18,9 @@ from typer.testing import CliRunner
 from bottler.cli import app
 from materializers.search import indices
 from materializers.search.client import SearchClient
-from tests.support.databases import execute, fresh_database, rows
+from tests.support.databases import execute, rows
 from tests.support.waiting import wait_for, wait_streaming
 from tests.test_materializer_postgres import replica
-
-
-@pytest.fixture
-def target(stack):
-    with fresh_database(stack.pg_dsn) as dsn:
-        yield dsn
 
 
 def topics(stack) -> set[str]:

@@ -93,11 +93,6 @@ def test_the_mapping_follows_the_avro_schema():
 
 
 @pytest.fixture
-def client(stack):
-    return SearchClient(stack.search_url)
-
-
-@pytest.fixture
 def index(client):
     name = f"t-{uuid.uuid4().hex[:8]}"
     yield name

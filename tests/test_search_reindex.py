@@ -30,14 +30,10 @@ insert into products (id, name, price, stock)
 
 
 @pytest.fixture
-def alias():
-    return f"shop-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def client(stack, alias):
-    client = SearchClient(stack.search_url)
-    yield client
+def alias(client):
+    """The alias of the test's index; its versions are deleted at the end."""
+    alias = f"shop-{uuid.uuid4().hex[:8]}"
+    yield alias
     for name in indices.versions(client, alias):
         indices.delete_index(client, name)
 

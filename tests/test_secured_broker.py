@@ -177,12 +177,6 @@ def estate(stack, tmp_path_factory) -> Iterator[Estate]:
             assert "Traceback" not in text, text
 
 
-@pytest.fixture
-def source(stack):
-    with fresh_database(stack.pg_dsn) as dsn:
-        yield dsn
-
-
 def run(estate: Estate, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     """A bottler command, its output checked for passwords."""
     proc = bottler(*args, timeout=timeout)

@@ -13,7 +13,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from tests.support.databases import execute, fresh_database
+from tests.support.databases import execute
 from tests.support.topics import read_topic
 from tests.support.waiting import wait_for, wait_streaming
 from tests.test_materializer_postgres import converge, fetch, replica
@@ -58,12 +58,6 @@ TABLES: dict[str, tuple[str, list[tuple[str, ...]]]] = {
          "'{{2020-02-29}}'", "'0'"),
     ]),
 }
-
-
-@pytest.fixture
-def target(stack):
-    with fresh_database(stack.pg_dsn) as dsn:
-        yield dsn
 
 
 def _all_rows(stack, topic: str, count: int):
