@@ -41,7 +41,7 @@ def search_status(url: str, order: int) -> str | None:
 
 def order_events(stack) -> dict[int, list[str]]:
     from tests.support.stack import RunningStack
-    from tests.test_translate import Events
+    from tests.support.translate import Events
 
     return Events(RunningStack(stack), "order-events").by_order()
 

@@ -17,8 +17,8 @@ from prometheus_client import REGISTRY
 from capture.slot_health import MIB, SlotWatch, lost_while_streaming
 from tests.support.cli import assert_clear_error, bottler, services
 from tests.support.databases import execute, rows
+from tests.support.replica import converge, replica
 from tests.support.waiting import wait_for, wait_streaming
-from tests.test_materializer_postgres import converge, replica
 
 QUERIES = ("select * from items order by id", "select * from tags order by id")
 

@@ -25,9 +25,9 @@ from materializers.search.client import SearchClient
 from materializers.search.reader import LiveReader, ReaderOptions
 from schemas import ownership
 from tests.support.databases import execute, fresh_database
+from tests.support.replica import same
 from tests.support.topics import read_topic
 from tests.support.waiting import in_thread, wait_for, wait_streaming
-from tests.test_materializer_postgres import same
 
 SC_TEXT = """
 create table sc (id int primary key, v text);

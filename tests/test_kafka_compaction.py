@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 
 from tests.support.databases import execute, fresh_database
+from tests.support.replica import converge, fetch, replica
 from tests.support.topics import read_topic
 from tests.support.waiting import wait_for, wait_streaming
-from tests.test_materializer_postgres import converge, fetch, replica
 
 ROWS = 200
 UPDATES = 5

@@ -19,8 +19,8 @@ from materializers.warehouse.delta import open_table
 from materializers.warehouse.job import WarehouseJob
 from tests.support.conformance_search import documents
 from tests.support.databases import execute, fresh_database, rows
+from tests.support.views import converge, loop
 from tests.support.waiting import wait_streaming
-from tests.test_evolution_e2e import converge, loop
 
 ROWS = 300
 

@@ -14,9 +14,9 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tests.support.databases import execute
+from tests.support.replica import converge, fetch, replica
 from tests.support.topics import read_topic
 from tests.support.waiting import wait_for, wait_streaming
-from tests.test_materializer_postgres import converge, fetch, replica
 
 pytestmark = pytest.mark.stack
 

@@ -97,8 +97,7 @@ def translator(stack: Stack) -> ViewCheck:
     """The business events a read_committed consumer sees, order by order, against those the
     source's final order statuses imply: one of each, in order (a second one is 'different')."""
     from tests.support.stack import RunningStack
-    from tests.test_translate import Events
-    from tests.test_translate_crash import expected_lifecycles
+    from tests.support.translate import Events, expected_lifecycles
 
     expected = expected_lifecycles(stack.endpoints.pg_dsn)
     seen = Events(RunningStack(stack), "order-events").by_order()

@@ -79,7 +79,7 @@ def start(stack, source, prefix):
     """Start a capture of ``source`` with the test's prefix; stopped at the end of the test."""
     running = []
 
-    def start_capture(**overrides) -> CaptureThread:
+    def start_one(**overrides) -> CaptureThread:
         settings = dict(postgres=source, broker=stack.kafka, schema_registry=stack.registry_url,
                         slot=prefix, topic_prefix=prefix, heartbeat_interval=1.0,
                         snapshot_workers=1)
@@ -87,7 +87,24 @@ def start(stack, source, prefix):
         running.append(capture)
         return capture
 
-    yield start_capture
+    yield start_one
     for capture in running:
         if capture.thread.is_alive():
             capture.stop()
+
+
+# A snapshot in small chunks, by two workers: stopped mid-way in the tests that stop it.
+CHUNK_PAGES = 40
+WORKERS = 2
+
+
+def start_capture(stack, source, prefix, log):
+    """`bottler capture` as a child process in a process group of its own, output to ``log``,
+    its snapshot in chunks of CHUNK_PAGES by WORKERS workers."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "bottler", "capture", "-d", source, "-s", prefix,
+         "-b", stack.kafka, "-r", stack.registry_url, "-p", prefix,
+         "--snapshot-workers", str(WORKERS), "--snapshot-chunk-pages", str(CHUNK_PAGES),
+         "--heartbeat-interval", "1"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )

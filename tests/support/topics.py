@@ -144,3 +144,14 @@ def own_topics(bootstrap: str, prefix: str, *tables: tuple[str, str, list[str]])
     for schema, table, key in tables:
         owner.claim(schema, table, table_topic(prefix, schema, table), key)
     state.close()
+
+
+def copied(stack, topic: str) -> int:
+    """Messages in ``topic`` (one partition), from its end offset."""
+    consumer = Consumer({"bootstrap.servers": stack.kafka, "group.id": f"c-{uuid.uuid4().hex}"})
+    try:
+        if topic not in consumer.list_topics(timeout=10).topics:
+            return 0
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    finally:
+        consumer.close()
