@@ -3,13 +3,14 @@ once per session and torn down at its end (every process stopped, every file rem
 fixtures live in tests/support, registered here. Every test that starts a service is marked
 `stack`, so `pytest -m "not stack"` runs the pure tests alone: those whose fixtures reach a
 service fixture are marked here, modules that start services of their own carry the mark, and a
-pure test that starts one anyway fails (services_refused)."""
+pure test that starts one anyway fails (_services_refused)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,8 @@ pytest_plugins = [
 
 # The fixtures that start a service (or hold one the session started): a test that uses one,
 # directly or through another fixture, is marked `stack`.
-SERVICE_FIXTURES = frozenset({"stack", "other_postgres", "spark", "spark_native"})
+SERVICE_FIXTURES = frozenset({"stack", "other_postgres", "spark", "spark_native",
+                              "stack_dir"})  # test_stack_stops: a stack of its own
 
 # What a pure test may not start: the services' programs, and a stack of the command line's.
 SERVICE_PROGRAMS = frozenset({"java", "postgres", "pg_ctl", "initdb", "spark-submit",
@@ -56,7 +58,9 @@ def pytest_generate_tests(metafunc):
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by the marks
 def pytest_collection_modifyitems(items):
     for item in items:
-        if SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ())) or params.get(
+                "pg_major"):  # a matrix test's major: its server is the stack's or another
             item.add_marker(pytest.mark.stack)
 
 
@@ -70,11 +74,13 @@ def _starts_a_service(argv) -> bool:
     return "bottler" in words and "stack" in words and ("up" in words or "restart" in words)
 
 
-@pytest.fixture(autouse=True)
-def services_refused(request, monkeypatch) -> None:
+@contextmanager
+def _services_refused(item) -> Iterator[None]:
     """A test not marked `stack` that starts a service fails at once: `-m "not stack"` then
-    truly runs pure tests only, and a test that needs a service says so."""
-    if request.node.get_closest_marker("stack"):
+    truly runs pure tests only, and a test that needs a service says so. (Not in teardowns:
+    the session's services stop in the last test's, whichever it is.)"""
+    if item.get_closest_marker("stack"):
+        yield
         return
     execute_child = subprocess.Popen._execute_child
 
@@ -85,7 +91,23 @@ def services_refused(request, monkeypatch) -> None:
                 "fixture (tests/conftest.py SERVICE_FIXTURES) or mark it `stack`")
         return execute_child(self, args, executable, *rest, **kwargs)
 
-    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
+    subprocess.Popen._execute_child = refuse
+    try:
+        yield
+    finally:
+        subprocess.Popen._execute_child = execute_child
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    with _services_refused(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with _services_refused(item):
+        return (yield)
 
 
 @pytest.fixture(autouse=True)

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import httpx
 import psycopg
+import pytest
 
 from compose.stack import isolated_stack
 from tests.support.databases import execute, rows
 from tests.support.topics import Decoder, read_topic
 from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.stack  # the appliance on a stack of its own
 
 
 def metric(url: str, name: str) -> float | None:

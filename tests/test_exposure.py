@@ -105,6 +105,7 @@ def warehouse_started(stack) -> bool:
     return any((stack.root / "warehouse").glob("**/_delta_log/*.json"))
 
 
+@pytest.mark.stack  # a stack of its own
 @pytest.mark.timeout(600)
 def test_every_listener_of_the_running_stack_is_on_loopback():
     """The stack with every app (Spark's driver JVM and its Python workers included): each

@@ -18,6 +18,8 @@ from tests.support.cli import bottler, row_of
 from tests.support.own_stack import Tracker
 from tests.support.waiting import wait_for
 
+pytestmark = pytest.mark.stack  # a stack of its own
+
 
 def held(stack) -> dict[str, list[int]]:
     """Instance -> the partitions of the orders topic it holds, as the broker says."""

@@ -21,6 +21,8 @@ from compose.procs import free_port
 from compose.stack import Stack, free_ports
 from tests.support.own_stack import nothing_runs, one_error, stack_up
 
+pytestmark = pytest.mark.stack  # `bottler stack up` of a stack of its own
+
 
 def format_storage(root: Path, ports: dict[str, int]) -> Stack:
     """A stack whose Kafka storage is formatted, as its first start leaves it."""

@@ -14,6 +14,8 @@ from compose.stack import Stack, free_ports
 from tests.support.cli import bottler
 from tests.support.own_stack import port_flags
 
+pytestmark = pytest.mark.stack  # stacks of their own, by `bottler stack up`
+
 
 def in_stack(*args: str, root: Path, ports: dict[str, int] | None = None):
     """`bottler ARGS --dir ROOT` (``ports`` as its port options), in this environment."""

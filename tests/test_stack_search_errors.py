@@ -13,6 +13,8 @@ from compose import jars
 from compose.stack import free_ports
 from tests.support.own_stack import nothing_runs, one_error, stack_up
 
+pytestmark = pytest.mark.stack  # `bottler stack up` of a stack of its own
+
 
 def test_a_missing_jar_is_named(root, tmp_path):
     """A jars directory missing one jar: OpenSearch's stack trace becomes one line."""

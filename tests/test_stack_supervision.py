@@ -156,6 +156,7 @@ def test_nothing_is_restarted_while_stack_down_runs(tmp_path):
 # -- the stack: the capture loses its connection, is restarted and shown ---------------------
 
 
+@pytest.mark.stack  # a stack of its own
 @pytest.mark.timeout(300)
 def test_a_stack_app_that_fails_is_restarted_and_shown_and_down_leaves_nothing():
     with isolated_stack() as stack, Tracker(stack.root) as tracker:

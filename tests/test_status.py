@@ -12,6 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from capture.slot_health import SlotProbe
@@ -42,6 +43,7 @@ def until(args: tuple[str, ...], ready, timeout: float, what: str) -> str:
         time.sleep(0.5)
 
 
+@pytest.mark.stack  # the demo on a stack of its own
 def test_status_shows_the_slot_the_topics_and_each_process():
     with isolated_stack() as stack:
         stack.up(apps=("capture", "replica"), demo=True)
