@@ -59,7 +59,8 @@ def test_every_fixture_is_defined_once():
 
 
 def test_no_test_module_imports_another():
-    used = {name: found for name, tree in sources().items() if (found := imported_test_modules(tree))}
+    used = {name: found for name, tree in sources().items()
+            if (found := imported_test_modules(tree))}
     assert not used, f"test modules used as libraries (move what they share to tests/support): " \
                      f"{used}"
 
