@@ -177,17 +177,9 @@ class TranslatorRunner(ConsumerLoop):
         if self.translator.keep_previous:
             self.state.restore(self.bootstrap)
             metrics.STATE_ROWS.labels(self.group_id).set(len(self.state))
-        # Partitions are assigned by hand, at the offsets committed with the last transaction
-        # (none yet: the beginning): no group rebalance to wait for after a kill.
-        committed = self._consumer.committed(
-            [KafkaTopicPartition(t, p) for t, p in partitions], timeout=30)
-        for tp in committed:
-            if tp.offset < 0:
-                tp.offset = OFFSET_BEGINNING
-        self._consumer.assign(committed)
-        start = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in committed}
-        self._position = dict(start)
-        self._assigned = set(start)
+        # Partitions are assigned by hand: no group rebalance to wait for after a kill.
+        start = self._assign_committed(self._consumer,
+                                       [KafkaTopicPartition(t, p) for t, p in partitions])
         self.tracker.assign(start)
         log.info("%s: translating %s into %s from %s", self.group_id, ", ".join(self.inputs),
                  ", ".join(self.outputs.values()),
@@ -199,11 +191,7 @@ class TranslatorRunner(ConsumerLoop):
         """A rebalance gave this instance ``partitions`` (all it holds: eager). The instance
         that held them before committed its last transaction before giving them up (or, killed,
         had it aborted by its restart): the committed offsets and the changelog are final."""
-        committed = consumer.committed(partitions, timeout=30) if partitions else []
-        for tp in committed:
-            if tp.offset < 0:
-                tp.offset = OFFSET_BEGINNING
-        keys = {(tp.topic, tp.partition) for tp in committed}
+        keys = {(tp.topic, tp.partition) for tp in partitions}
         # The rows of partitions held before are ours, current; those of the partitions gained
         # are read again: every live instance finished its transaction before this assignment,
         # so only a killed one's open transaction can hold the changelog's stable end back, and
@@ -212,15 +200,26 @@ class TranslatorRunner(ConsumerLoop):
             self.state.restore(self.bootstrap, gained, merge=True)
             metrics.STATE_ROWS.labels(self.group_id).set(len(self.state))
         self._held = keys
-        consumer.assign(committed)
-        start = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in committed}
-        self._position = dict(start)
-        self._assigned = set(start)
+        start = self._assign_committed(consumer, partitions)
         self.tracker.revoke(self.tracker.partitions)
         self.tracker.assign(start)
         self._watermarks.reset()
         log.info("%s: holds %s", self.instance_id, ", ".join(
             f"{t}[{p}]@{o}" for (t, p), o in sorted(start.items())) or "no partition")
+
+    def _assign_committed(self, consumer: Consumer, partitions: list[KafkaTopicPartition]
+                          ) -> dict[TopicPartition, int]:
+        """Assign ``partitions`` at the offsets committed with the last transaction that
+        consumed them (none yet: the beginning); where each starts."""
+        committed = consumer.committed(partitions, timeout=30) if partitions else []
+        for tp in committed:
+            if tp.offset < 0:
+                tp.offset = OFFSET_BEGINNING
+        consumer.assign(committed)
+        start = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in committed}
+        self._position = dict(start)
+        self._assigned = set(start)
+        return start
 
     # Partitions revoked go to another instance between two transactions (callbacks run inside
     # ``consume``): everything translated of them is committed already.

@@ -1,6 +1,8 @@
-"""Kafka topic-partition offset ranges as a PySpark Python data source (``bottler_kafka``):
-Spark's own Kafka connector cannot be used here, so every Spark partition reads one offset
-range with confluent-kafka and decodes it through the schema registry, in the executors.
+"""Kafka topic-partition offset ranges as a PySpark Python data source (``bottler_kafka``), for
+a Spark without Spark's own Kafka connector on its classpath (the connector's jars are not part
+of pyspark; where they are, kafka.py reads the same rows through it): every Spark partition
+reads one offset range with confluent-kafka and decodes it through the schema registry, in the
+executors.
 
 Rows, the last event of each key in the range: ``topic, partition, offset, timestamp, op``
 (``upsert``, ``delete``, or ``poison`` for a message that does not decode), ``identity`` (the key
