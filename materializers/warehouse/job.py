@@ -273,10 +273,7 @@ class WarehouseJob:
                                 "batch ends with the JVM (replayed at the next start)", self.name,
                                 STOP_TIMEOUT, str(exc).splitlines()[0])
             shutil.rmtree(checkpoint, ignore_errors=True)
-        if failure:
-            raise failure[0]
-        if query.exception() is not None:
-            raise RuntimeError(f"{self.name}: the streaming query failed: {query.exception()}")
+        stream.ended(query, failure, self.name)
         return total
 
     # -- one batch -----------------------------------------------------------------------

@@ -197,10 +197,7 @@ class SparkRoute:
             if query.isActive:
                 query.stop()
             shutil.rmtree(checkpoint, ignore_errors=True)
-        if failure:
-            raise failure[0]
-        if query.exception() is not None:
-            raise RuntimeError(f"{self.name}: the streaming query failed: {query.exception()}")
+        stream.ended(query, failure, self.name)
         return total
 
     # -- one batch ------------------------------------------------------------------------
