@@ -97,13 +97,11 @@ class Materializer(SinkWriting):
         instance_id: str | None = None,
     ):
         name = name or group_id
-        super().__init__(name, bootstrap=bootstrap, group_id=group_id, join_group=join_group,
-                         watermark_interval=watermark_interval,
+        super().__init__(sink, name, bootstrap=bootstrap, group_id=group_id,
+                         join_group=join_group, watermark_interval=watermark_interval,
                          truncate_topic=with_prefix(prefix, TRUNCATE))
-        self._writing()
         self.dead_letters = DeadLetters(on_poison, name=self.name, bootstrap=bootstrap,
                                         topic=with_prefix(prefix, DEAD_LETTER))
-        self.sink = sink
         self.skip = skip
         self.on_poison = self.dead_letters.policy
         self.batch_size = batch_size

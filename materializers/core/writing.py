@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Future
+from typing import Any
 
 from confluent_kafka import KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
@@ -21,6 +22,7 @@ from common.kafka import is_denied
 from materializers.core import metrics, poison
 from materializers.core.changes import Change, TopicPartition
 from materializers.core.consumer import ConsumerLoop
+from materializers.core.poison import DeadLetters
 from materializers.core.sink import Offsets, OffsetsMoved, Sink
 
 log = logging.getLogger(__name__)
@@ -32,12 +34,14 @@ INFORMATIVE_COMMIT_INTERVAL = 30.0
 
 
 class SinkWriting(ConsumerLoop):
-    """A consumer loop that writes into a :class:`~materializers.core.sink.Sink`."""
+    """A consumer loop that writes into a :class:`~materializers.core.sink.Sink`, setting
+    aside what it refuses by the loop's poison policy (``dead_letters``)."""
 
-    sink: Sink
+    dead_letters: DeadLetters
 
-    def _writing(self) -> None:
-        """The state of the writes (called by the constructor)."""
+    def __init__(self, sink: Sink, name: str, **skeleton: Any):
+        super().__init__(name, **skeleton)
+        self.sink = sink
         self._applying: tuple[Future, Offsets] | None = None  # the batch being applied
         self._written: dict[TopicPartition, int] = {}  # offsets stored by us, per held partition
         self._sink_keeps_offsets = False
