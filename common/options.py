@@ -1,101 +1,116 @@
-"""The command-line options the commands share, each written once so that a flag has the same
-name, setting and help in every command, and the settings classes behind them (common/config.py
-reads them: flags > BOTTLER_* environment > YAML file > defaults).
+"""Commands made from their settings: `settings_command` gives a command the options its settings
+class declares (common/flags.py) and calls it with the settings read (common/config.py: flags >
+BOTTLER_* environment > YAML file > defaults). Here too are the flags the views share, so a flag
+has the same name, setting and help in every command.
 
-Every option's default is None ("not given"): the setting's default lives in its settings class,
-and the help says it and names the variable. Constants are typer defaults to use as they are; the
-functions make the options whose default or help legitimately differ between commands.
---on-poison is checked by the settings and by the core (materializers.core.poison.checked)."""
+Every option's typer default is None ("not given"): the setting's default lives in its field, and
+the help shows it and the variable. --on-poison is checked by the settings and by the core
+(materializers.core.poison.checked)."""
 
 from __future__ import annotations
 
-from typing import Literal
+import inspect
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Literal
 
 import typer
+from rich.markup import escape
 
-from common.config import KafkaSettings, RegistrySettings, TopicPrefixSettings
+from common import flags
+from common.config import (
+    CONFIG_ENV,
+    KafkaSettings,
+    RegistrySettings,
+    Settings,
+    TopicPrefixSettings,
+    load,
+)
+from common.flags import Flag
 
-
-def option(*names: str, help: str, default: object = None, **kwargs):
-    """An option that is a setting: no typer default, so the environment and the file count."""
-    return typer.Option(default, *names, help=help, show_default=False, **kwargs)
-
-
-Config = option("--config", help="YAML file of settings; its keys are the settings' names "
-                "[env: BOTTLER_CONFIG]")
-Broker = option("--broker", "-b", help="Kafka bootstrap servers [default: localhost:9092] "
-                "[env: BOTTLER_KAFKA]")
-KafkaConfig = option("--kafka-config", "-C", metavar="PROP=VALUE",
-                     help="Kafka client property (librdkafka's, e.g. security.protocol=SASL_SSL), "
-                     "repeatable; secrets belong in BOTTLER_KAFKA_CONFIG or the file's `kafka:`")
-SchemaRegistry = option("--schema-registry", "-r", help="Schema registry URL "
-                        "[default: http://localhost:8081] [env: BOTTLER_REGISTRY]")
-RegistryConfig = option("--registry-config", "-R", metavar="PROP=VALUE",
-                        help="Schema registry client property (e.g. ssl.ca.location=FILE), "
-                        "repeatable; basic.auth.user.info belongs in BOTTLER_REGISTRY_CONFIG or "
-                        "the file's `schema_registry:`")
-TopicPrefix = option("--topic-prefix", "-p", help="The capture's --topic-prefix "
-                     "[env: BOTTLER_TOPIC_PREFIX]")
-MetricsPort = option("--metrics-port", help="Serve Prometheus metrics on this port "
-                     "[env: BOTTLER_METRICS_PORT]")
-METRICS_HOST = "127.0.0.1"
-MetricsHost = option("--metrics-host", help="Address the metrics are served on (0.0.0.0: every "
-                     "interface) [default: 127.0.0.1] [env: BOTTLER_METRICS_HOST]")
+CONFIG_HELP = escape(f"YAML file of settings; its keys are the settings' names "
+                     f"[env: {CONFIG_ENV}]")
 
 
-def _topics(verb: str):
-    return option("--topic", "--topics",
-                  help=f"Table topic to {verb} (repeatable) [default: the table topics the "
-                  "capture of the prefix owns]")
+def topics(verb: str) -> Flag:
+    return Flag("--topic", "--topics", help=f"Table topic to {verb} (repeatable)",
+                shown="the table topics the capture of the prefix owns")
 
 
-# constants, not calls in the signatures: a list default is what bugbear (B008) objects to
-Topics = _topics("read")
-TopicsToIndex = _topics("index")
-
-
-def group_id(default: str, help: str):
-    return option("--group-id", "-g", help=f"{help} [default: {default}]")
-
-
-def on_poison(detail: str = ""):
-    """`--on-poison`; `detail` says what counts as poison for the command, when it is worth it."""
-    return option("--on-poison",
-                  help="dead-letter (default) or stop" + (f": {detail}" if detail else ""))
-
-
-def batch_size(default: int = 5000, help: str = "Messages per batch."):
-    return option("--batch-size", help=f"{help} [default: {default}]")
-
-
-def join_group():
-    return option(
-        "--join-group", default=False,
-        help="Share the table topics' partitions with the other instances of this view in its "
-        "consumer group: start several, and a rebalance moves partitions as they come and go "
-        "[env: BOTTLER_JOIN_GROUP]")
-
-
-def instance_id():
-    return option(
-        "--instance-id",
-        help="With --join-group: this instance's stable name in the group (static membership:"
-        " restarted under the same name, it takes its partitions back without a rebalance) "
-        "[env: BOTTLER_INSTANCE_ID]")
-
-
-def once(help: str = "Stop once caught up."):
-    return option("--once", help=help, default=False)
+TOPICS = topics("read")
+GROUP_ID = Flag("--group-id", "-g", help="Consumer group; also the key of the stored offsets.")
+BATCH_SIZE = Flag("--batch-size", help="Messages per batch.")
+ONCE = Flag("--once", help="Stop once caught up.")
+JOIN_GROUP = Flag(
+    "--join-group", help="Share the table topics' partitions with the other instances of this "
+    "view in its consumer group: start several, and a rebalance moves partitions as they come "
+    "and go")
+INSTANCE_ID = Flag(
+    "--instance-id", help="With --join-group: this instance's stable name in the group (static "
+    "membership: restarted under the same name, it takes its partitions back without a "
+    "rebalance)")
+ON_POISON = Flag("--on-poison", help="dead-letter or stop")
 
 
 class ViewSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings):
     """What every materializer reads its topics with (`materialize *`, `reindex`, `translate`);
     each command adds its own settings (topics, batch_size, once, metrics...)."""
 
-    on_poison: Literal["dead-letter", "stop"] = "dead-letter"
+    on_poison: Annotated[Literal["dead-letter", "stop"], ON_POISON] = "dead-letter"
 
 
-def serve_metrics(port: int | None, host: str = METRICS_HOST) -> None:
+def settings_command(func: Callable) -> Callable:
+    """``func`` as a typer command: its parameter annotated with a settings class becomes the
+    class's options and --config, and it is called with the settings read. A group's callback
+    (one with a typer.Context) is given None when a subcommand runs: the group's settings are
+    read only when it runs itself."""
+    hints = typing.get_type_hints(func, include_extras=True)
+    own, target = [], None
+    for param in inspect.signature(func).parameters.values():
+        hint = hints.get(param.name, param.annotation)
+        if isinstance(hint, type) and issubclass(hint, Settings):
+            target = param.name, hint
+        else:
+            own.append(param.replace(annotation=hint))
+    assert target, f"{func.__name__} takes no settings"
+    name, cls = target
+    options = flags.options(cls)
+    params = [*own, *(_parameter(o) for o in options),
+              inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
+                                default=typer.Option(None, "--config", help=CONFIG_HELP,
+                                                     show_default=False))]
+
+    context = next((p.name for p in own if p.annotation is typer.Context), None)
+
+    def command(**given):
+        ctx = given.get(context)
+        flagged = {p: given.pop(p) for p in [*(o.param for o in options), "config"]}
+        settings = None if ctx and ctx.invoked_subcommand else load(cls, flagged)
+        return func(**given, **{name: settings})
+
+    for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
+        setattr(command, attribute, getattr(func, attribute))
+    command.__signature__ = inspect.Signature(params)
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    return command
+
+
+def _parameter(option: flags.Option) -> inspect.Parameter:
+    """The typer parameter of one option: the declared help, then the default and the variable
+    (escaped: typer reads the help as rich markup)."""
+    kind = option.kind
+    shown = f" [default: {option.default}]" if option.default is not None else ""
+    help = escape(f"{option.flag.help}{shown} [env: {option.env}]")
+    extra = {"metavar": option.flag.metavar} if option.flag.metavar else {}
+    return inspect.Parameter(
+        option.param, inspect.Parameter.KEYWORD_ONLY,
+        annotation=kind if kind is bool else kind | None,
+        default=typer.Option(False if kind is bool else None, *option.flag.names, help=help,
+                             show_default=False, **extra))
+
+
+def serve_metrics(port: int | None, host: str) -> None:
     """Serve the process's Prometheus metrics on --metrics-host:--metrics-port, if a port was
     given."""
     if port:

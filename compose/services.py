@@ -1,6 +1,6 @@
 """The stack's long-running processes other than PostgreSQL: the broker, the search engine, the
-registry, and the appliance's own processes (capture) that run on them; each under a supervisor
-that restarts it when it fails."""
+registry, and the appliance's own apps that run on them (the capture, the views, the translator,
+the demo load); each under a supervisor that restarts it when it fails."""
 
 from __future__ import annotations
 
@@ -199,10 +199,10 @@ def registry(root: Path, port: int, kafka_port: int) -> Service:
     return Service(
         name="registry",
         argv=[
-            sys.executable, "-m", "schemas.registry", "--host", "127.0.0.1",
+            sys.executable, "-m", "schemas.registry_server", "--host", "127.0.0.1",
             "--port", str(port), "--kafka", f"127.0.0.1:{kafka_port}",
         ],
-        marker="schemas.registry",
+        marker="schemas.registry_server",
         ready=http_ok(f"http://127.0.0.1:{port}/subjects"),
         pidfile=root / "run" / "registry.pid",
         log=root / "logs" / "registry.log",

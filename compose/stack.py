@@ -1,4 +1,4 @@
-"""The embedded stack: PostgreSQL, the Kafka and Elasticsearch APIs, and the schema registry as
+"""The embedded stack: PostgreSQL, Apache Kafka, OpenSearch and the schema registry server as
 local processes, with data, logs and PID files under one directory (``.stack/`` by default)."""
 
 from __future__ import annotations

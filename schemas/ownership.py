@@ -1,7 +1,7 @@
 """Topic ownership: the records by which a capture says which table topics are its own, kept in
-its compacted control topic ``[prefix.]_bottler.capture`` beside its progress (capture/state.py),
-and read by every view that is given no ``--topic`` (materializers/core/ownership.py) and by
-``bottler retire``.
+its compacted control topic ``[prefix.]_bottler.capture`` beside its progress
+records (schemas/progress.py), and read by every view that is given no ``--topic``
+(materializers/core/ownership.py) and by ``bottler retire``.
 
 One record per table topic, under the key ``topic/<topic>`` (so compaction keeps the latest per
 topic), a JSON object::

@@ -1,6 +1,6 @@
 """Confluent's wire format: magic byte 0, the 4-byte schema id, then Avro binary.
 
-Written by hand because it sits on the hot path: one compiled writer (avro_writer.py, ~4x
+Written by hand because it sits on the hot path: one compiled writer (schemas/avro_writer, ~4x
 fastavro's schemaless_writer, byte for byte the same) with its header per table, no per-message
 registry look-up. Any Confluent deserializer reads what this writes.
 """

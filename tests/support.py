@@ -275,12 +275,12 @@ def topic_state(stack, topic: str, expected_keys: int | None = None) -> dict:
 
 def own_topics(bootstrap: str, prefix: str, *tables: tuple[str, str, list[str]]) -> None:
     """Record the table topics of ``tables`` ((schema, table, key columns)) as the capture of
-    ``prefix`` does (capture/state.py, schemas/ownership.py): for hand-made table topics, which
-    a view given no --topic reads only once their capture says they are its own."""
+    ``prefix`` does (capture/setup/state.py, schemas/ownership.py): for hand-made table topics,
+    which a view given no --topic reads only once their capture says they are its own."""
     from confluent_kafka.admin import AdminClient
 
-    from capture.state import CaptureState, TopicOwnership
-    from capture.topics import ensure_topics
+    from capture.setup.state import CaptureState, TopicOwnership
+    from capture.setup.topics import ensure_topics
     from schemas.topics import table_topic
 
     state = CaptureState(bootstrap, prefix)

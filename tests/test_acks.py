@@ -1,4 +1,4 @@
-from capture.acks import AckTracker
+from capture.publish.acks import AckTracker
 
 
 def send(batch, n=1):

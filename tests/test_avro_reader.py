@@ -1,4 +1,4 @@
-"""schemas/avro_reader.py: compiled Avro decoders, value for value what fastavro reads."""
+"""schemas/avro_reader: compiled Avro decoders, value for value what fastavro reads."""
 
 from __future__ import annotations
 

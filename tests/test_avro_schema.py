@@ -339,7 +339,7 @@ def test_without_logical_types_reads_values_datetime_cannot_hold():
 
 
 def test_the_array_union_is_a_backward_compatible_change_and_so_is_a_temporal_mode_switch():
-    from schemas.registry import compatibility
+    from schemas.registry_server import compatibility
     from schemas.temporal import plain_temporal
 
     def parse(schema):

@@ -1,4 +1,4 @@
-"""schemas/avro_writer.py: compiled Avro encoders, byte for byte what fastavro writes."""
+"""schemas/avro_writer: compiled Avro encoders, byte for byte what fastavro writes."""
 
 from __future__ import annotations
 

@@ -16,11 +16,13 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from prometheus_client import REGISTRY
 
-from capture.dead_letters import ErrorPolicy, OnError, Row
-from capture.pgoutput import str_to_lsn
-from capture.publisher import Publisher, producer_config
-from capture.topics import ensure_topics
+from capture.publish.dead_letters import ErrorPolicy, OnError
+from capture.publish.producer_config import producer_config
+from capture.publish.publisher import Publisher
+from capture.publish.row import Row
+from capture.setup.topics import ensure_topics
 from common.errors import BottlerError
+from common.lsn import Lsn
 from compose.procs import free_port
 from tests.support import execute, read_topic, rows, topic_state, wait_for, wait_streaming
 
@@ -56,7 +58,7 @@ def test_rows_over_the_size_limits_go_to_the_dead_letter_topic_and_the_stream_go
     capture = start(topic_config={"max.message.bytes": "20000"},
                     kafka_config={"message.max.bytes": "200000"}, metrics_port=port)
     wait_streaming(source, prefix)
-    before = str_to_lsn(rows(source, "select pg_current_wal_lsn()::text")[0][0])
+    before = Lsn.parse(rows(source, "select pg_current_wal_lsn()::text")[0][0])
     with psycopg.connect(source) as conn:  # one transaction: its other rows are published
         # 64 kB of hex digits, which lz4 hardly compresses: refused by the broker
         conn.execute("insert into docs select 2, string_agg(md5(g::text), '') "
@@ -65,7 +67,7 @@ def test_rows_over_the_size_limits_go_to_the_dead_letter_topic_and_the_stream_go
         # 384 kB: refused by the producer before it is sent
         conn.execute("insert into docs select 4, string_agg(md5(g::text), '') "
                      "from generate_series(1, 12000) g")
-    after = str_to_lsn(rows(source, "select pg_current_wal_lsn()::text")[0][0])
+    after = Lsn.parse(rows(source, "select pg_current_wal_lsn()::text")[0][0])
     execute(source, "insert into docs values (3, 'later')", "update docs set body = 'changed' "
             "where id = 1", "insert into notes values (3, 'later')")
 
@@ -96,7 +98,7 @@ def test_rows_over_the_size_limits_go_to_the_dead_letter_topic_and_the_stream_go
     def confirmed() -> int:
         lsn = rows(source, "select confirmed_flush_lsn::text from pg_replication_slots "
                    f"where slot_name = '{prefix}'")[0][0]
-        return str_to_lsn(lsn) >= after
+        return Lsn.parse(lsn) >= after
 
     wait_for(confirmed, 30, "the slot to be confirmed past the dead-lettered rows")
     assert capture.thread.is_alive() and capture.error is None

@@ -10,7 +10,7 @@ import psycopg2.extras
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from capture.state import CaptureState
+from capture.setup.state import CaptureState
 from common.errors import BottlerError
 from compose.procs import free_port
 from tests.support import execute, read_topic, rows, topic_state, wait_for, wait_streaming

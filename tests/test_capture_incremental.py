@@ -15,8 +15,8 @@ import uuid
 import psycopg
 import pytest
 
-from capture.incremental import Request, Window, _widen
-from capture.state import CaptureState
+from capture.setup.state import CaptureState
+from capture.snapshot.incremental import Request, Window, _widen
 from materializers.core import Materializer
 from materializers.postgres import PostgresSink
 from tests.support import (
@@ -58,7 +58,7 @@ def test_stream_xids_are_widened_to_the_snapshots_epoch():
 
 
 def test_before_the_low_watermark_only_changes_the_snapshot_missed_drop_chunk_rows():
-    from capture.incremental import IncrementalSnapshots
+    from capture.snapshot.incremental import IncrementalSnapshots
 
     snapshots = IncrementalSnapshots("", "s", None, [], None, 10, None)
     snapshots.window = w = window({b"a": b"1", b"b": b"2", b"c": b"3"})
@@ -236,9 +236,9 @@ def test_an_unkeyed_table_is_republished_by_page_ranges(stack, source, prefix, s
 def test_a_rename_during_a_snapshot_of_the_table_starts_it_over(stack, source, prefix, start,
                                                                  caplog):
     """The rows a snapshot under way published before a rename hold the old name: the capture's
-    own re-publication (capture/schema_changes.py) restarts it, and every row's latest message
-    ends under the new name."""
-    from capture.signal import request_snapshot
+    own re-publication (capture/stream/schema_changes.py) restarts it, and every row's latest
+    message ends under the new name."""
+    from capture.snapshot.request import request_snapshot
 
     total = 30_000
     execute(source, "create table big (id int primary key, a int)",

@@ -14,7 +14,7 @@ import psycopg2.extras
 import pytest
 from prometheus_client import REGISTRY
 
-from capture.slot_health import MIB, SlotWatch, lost_while_streaming
+from capture.health.slot_safety import MIB, SlotWatch, lost_while_streaming
 from tests.support import execute, fresh_database, rows, wait_for, wait_streaming
 from tests.test_capture_errors import assert_clear_error, bottler, services
 from tests.test_materializer_postgres import converge, replica
@@ -78,7 +78,7 @@ def test_a_lost_slot_is_one_clear_error_and_the_recovery_ends_with_the_replica_e
             watch = SlotWatch(source, prefix, warn_retained=1, warn_safe=2048 * MIB)
             reading = watch.probe.read()
             assert reading is not None and reading.safe is not None  # under the 1 MB limit
-            with caplog.at_level(logging.WARNING, logger="capture.slot_health"):
+            with caplog.at_level(logging.WARNING, logger="capture.health.slot_safety"):
                 watch.check(reading)
             exported = REGISTRY.get_sample_value
             assert exported("bottler_capture_slot_safe_wal_bytes") == reading.safe

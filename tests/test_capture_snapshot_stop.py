@@ -1,7 +1,7 @@
 """A capture stops within seconds during its snapshot (SIGTERM), leaves no snapshot worker behind
 when killed (`kill -9` of the capture alone), and the restarted snapshot resumes from the chunks
 Kafka acknowledged instead of starting over (issue 13): it publishes again at most the piece (a
-quarter chunk) each worker had in hand, by design (capture/snapshot.py, _copy_chunk)."""
+quarter chunk) each worker had in hand, by design (capture/snapshot/exported.py, _copy_chunk)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from capture.snapshot import PIECES, Chunk
+from capture.snapshot.exported import PIECES, Chunk
 from tests.support import execute, read_topic, rows, wait_for, wait_streaming
 
 ROWS = 300_000

@@ -1,4 +1,4 @@
-"""The capture's staging of streamed transactions (capture/spool.py): what a Stream Commit
+"""The capture's staging of streamed transactions (capture/stream/spool.py): what a Stream Commit
 replays, what a Stream Abort drops, and one capture per directory."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from capture.spool import Spool
+from capture.stream.spool import Spool
 from common.errors import BottlerError
 
 TOP, SUB, OTHER = 700, 701, 900

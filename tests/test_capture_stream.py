@@ -49,7 +49,7 @@ def test_schema_changes_make_new_versions(stack, source, prefix, start):
         {"id": 3, "b": "three"},
         {"id": 4, "c": "four"},
     ]
-    # The rename and the type change re-publish the table (capture/schema_changes.py): every
+    # The rename and the type change re-publish the table (capture/stream/schema_changes.py): every
     # row's latest message holds its present values, the rows the rewrite changed included.
     def rewritten():
         state = decoder.table_state(read_topic(stack.kafka, topic))

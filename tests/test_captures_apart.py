@@ -15,8 +15,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from capture.state import CaptureState, TopicOwnership
-from capture.topics import ensure_topics
+from capture.setup.state import CaptureState, TopicOwnership
+from capture.setup.topics import ensure_topics
 from common.errors import BottlerError
 from materializers.core import Materializer
 from materializers.core.ownership import OwnedTopics

@@ -106,8 +106,8 @@ def test_confluent_client_with_basic_auth_registers_reads_and_gets_the_mode(auth
 
 def test_users_from_the_environment_and_a_bad_users_file(stack, tmp_path):
     from common.config import load
-    from schemas.registry.auth import load_users
-    from schemas.registry.settings import ServeSettings
+    from schemas.registry_server.auth import load_users
+    from schemas.registry_server.settings import ServeSettings
 
     os.environ["BOTTLER_REGISTRY_USERS"] = "a:Pw1xq\nb:Pw2xq"
     try:

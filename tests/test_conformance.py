@@ -320,8 +320,8 @@ def test_a_column_added_with_a_default_shows_it_on_older_rows(adapter):
 
 
 def test_a_renamed_column_ends_with_every_value_under_its_new_name(adapter):
-    """RENAME COLUMN (capture/schema_changes.py): the capture marks the new schema version and
-    publishes every row again under it. Each view ends with the values under the new name and
+    """RENAME COLUMN (capture/stream/schema_changes.py): the capture marks the new schema version
+    and publishes every row again under it. Each view ends with the values under the new name and
     none under the old; the replica renames its column in place, so the rows not yet published
     again keep their values meanwhile."""
     s = Stream()

@@ -1,7 +1,8 @@
 """docs/configuration.md cannot go stale: every command of `bottler` has a section there, and
 each section names every flag, argument and environment variable of its command, and (for the
 capture) every YAML key. The commands are read from the command line itself (typer's click
-tree), so a new flag without documentation fails here."""
+tree), so a new flag without documentation fails here; and each setting's row says the
+variable, the key and the default its declaration gives (common/flags.py)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,16 @@ import pytest
 import typer
 
 from bottler.cli import LoadSettings, StackResetSettings, StackSettings, StackUpSettings, app
-from bottler.migrate.cli import MigrateStatusSettings, VerifySettings
+from bottler.migrate.cli import CutoverSettings, MigrateStatusSettings, VerifySettings
 from bottler.retire import RetireSettings
 from bottler.status.cli import StatusSettings
 from capture.settings import CONFIG_ENV, CaptureSettings
+from common import flags
 from materializers.postgres.cli import ReplicaSettings
 from materializers.search.cli import ReindexSettings, SearchSettings
 from materializers.translators.cli import TranslateSettings
 from materializers.warehouse.cli import WarehouseSettings
-from schemas.registry.settings import ServeSettings
+from schemas.registry_server.settings import ServeSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "configuration.md"
@@ -111,6 +113,7 @@ SETTINGS = {
     "bottler materialize search": SearchSettings, "bottler reindex": ReindexSettings,
     "bottler materialize warehouse": WarehouseSettings, "bottler translate": TranslateSettings,
     "bottler status": StatusSettings, "bottler migrate status": MigrateStatusSettings,
+    "bottler migrate cutover": CutoverSettings,
     "bottler migrate verify": VerifySettings, "bottler registry serve": ServeSettings,
     "bottler demo load": LoadSettings, "bottler stack up": StackUpSettings,
     "bottler stack down": StackSettings, "bottler stack status": StackSettings,
@@ -135,6 +138,48 @@ def test_every_setting_is_a_flag_or_a_documented_key(name: str) -> None:
         if flag not in flags and f"`{field}`" not in section:
             missing.append(field)
     assert not missing, f"`{name}`: settings neither a flag nor named in its section: {missing}"
+
+
+def rows(section: str) -> list[dict[str, str]]:
+    """The rows of the section's tables, each by its table's column names."""
+    found, header = [], None
+    for line in section.splitlines():
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if header is None:
+            header = cells
+        elif not set(line) <= set("|-: "):
+            found.append(dict(zip(header, cells, strict=False)))
+    return found
+
+
+def plain(text: str) -> str:
+    """A cell as its words: no code marks, no thousands separators."""
+    return re.sub(r"(?<=\d),(?=\d{3})", "", text.replace("`", "")).strip().lower()
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_each_setting_row_says_what_its_declaration_does(name: str) -> None:
+    """The row of each option names the option's variable and key, and shows its default."""
+    table = rows(sections()[name])
+    wrong = []
+    for option in flags.options(SETTINGS[name]):
+        row = next((r for r in table if re.search(
+            rf"`{option.flag.long}`(?![\w-])", next(iter(r.values()), ""))), None)
+        if row is None:
+            wrong.append(f"{option.flag.long}: no row")
+            continue
+        if f"`{option.env}`" not in row.get("environment", ""):
+            wrong.append(f"{option.flag.long}: environment is not `{option.env}`")
+        key = row.get("YAML key")
+        if key is not None and f"`{option.field}`" not in key and f"`{option.param}`" not in key:
+            wrong.append(f"{option.flag.long}: YAML key is not `{option.field}`")
+        if option.default is not None and plain(row["default"]) != plain(option.default):
+            wrong.append(f"{option.flag.long}: default {row['default']!r}, "
+                         f"declared {option.default!r}")
+    assert not wrong, f"docs/configuration.md, `{name}`: {wrong}"
 
 
 def test_the_commands_with_clients_take_client_properties() -> None:
@@ -193,3 +238,12 @@ def test_the_readme_indexes_every_doc() -> None:
     readme = (ROOT / "README.md").read_text()
     missing = [p.name for p in DOCS if f"(docs/{p.name})" not in readme]
     assert not missing, f"README.md does not link {missing}"
+
+
+def test_the_stack_ports_shown_are_the_stacks_defaults() -> None:
+    """`stack up`'s port defaults are compose.stack.Ports' (the help and this page show them)."""
+    from compose.stack import Ports
+
+    shown = {o.field.removesuffix("_port"): o.default for o in flags.options(StackUpSettings)
+             if o.field.endswith("_port")}
+    assert shown == {name: str(port) for name, port in vars(Ports()).items()}

@@ -379,7 +379,7 @@ def test_a_type_change_whose_values_do_not_convert_waits_for_the_republication(s
                                                                                caplog):
     """``ALTER COLUMN name TYPE integer USING length(name)`` at the source: the replica's own cast
     of 'item 1' fails, so it empties the column (not the batch), and the capture's
-    re-publication of the table (capture/schema_changes.py) brings the source's values."""
+    re-publication of the table (capture/stream/schema_changes.py) brings the source's values."""
     from tests.test_conformance import ID, ITEMS, SCHEMA_IDS, V1, Stream, _field, feed, value_schema
 
     retyped = value_schema(ITEMS, [ID, _field("name", "int", "integer")])

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from capture.pgoutput import (
+from capture.stream.messages import (
     UNCHANGED,
     Begin,
     BeginPrepare,
@@ -34,14 +34,10 @@ from capture.pgoutput import (
     Truncate,
     Type,
     Update,
-    lsn_to_str,
-    parse,
-    parse_streamed,
     pg_time_to_unix_micros,
-    str_to_lsn,
-    streamed_xid,
     unix_micros_to_pg_time,
 )
+from capture.stream.pgoutput import parse, parse_streamed, streamed_xid
 
 
 # --- encoders, written from the documentation, independent of the decoder ------------------
@@ -512,35 +508,7 @@ def test_fast_built_rows_equal_constructed_ones():
     assert parse(SAMPLES["delete"]) == Delete(1, ("1", None), True)
 
 
-# --- LSNs and times -------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("lsn", "text_form"),
-    [
-        (0, "0/0"),
-        (0x16_B374D848, "16/B374D848"),
-        (0x1_00000000, "1/0"),
-        (0xFFFF_FFFF, "0/FFFFFFFF"),
-        ((1 << 64) - 1, "FFFFFFFF/FFFFFFFF"),
-    ],
-)
-def test_lsn_round_trip(lsn, text_form):
-    assert lsn_to_str(lsn) == text_form
-    assert str_to_lsn(text_form) == lsn
-    assert str_to_lsn(text_form.lower()) == lsn
-
-
-@pytest.mark.parametrize("bad", ["", "16", "/1", "1/", "G/0", "1/2/3", "123456789/0", " 1/0"])
-def test_str_to_lsn_refuses_what_is_not_an_lsn(bad):
-    with pytest.raises(ValueError, match="not an LSN"):
-        str_to_lsn(bad)
-
-
-@pytest.mark.parametrize("bad", [-1, 1 << 64])
-def test_lsn_to_str_refuses_out_of_range(bad):
-    with pytest.raises(ValueError, match="out of range"):
-        lsn_to_str(bad)
-
-
+# --- times -------------------------------------------------------------------------
 def test_pg_time_to_unix_micros():
     assert pg_time_to_unix_micros(0) == int(datetime(2000, 1, 1, tzinfo=UTC).timestamp()) * 10**6
     when = datetime(2024, 11, 5, 8, 49, 37, 123_456, tzinfo=UTC)

@@ -1,5 +1,6 @@
 """pgoutput decoding against a real PostgreSQL: changes made through SQL, read back raw from a
-logical slot with ``pg_logical_slot_get_binary_changes`` and decoded by ``capture.pgoutput``."""
+logical slot with ``pg_logical_slot_get_binary_changes`` and decoded by
+``capture.stream.pgoutput``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 import psycopg
 import pytest
 
-from capture.pgoutput import (
+from capture.stream.messages import (
     UNCHANGED,
     Begin,
     Commit,
@@ -27,12 +28,10 @@ from capture.pgoutput import (
     Truncate,
     Type,
     Update,
-    lsn_to_str,
-    parse,
-    parse_streamed,
     pg_time_to_unix_micros,
-    str_to_lsn,
 )
+from capture.stream.pgoutput import parse, parse_streamed
+from common.lsn import Lsn
 
 pytestmark = [pytest.mark.stack, pytest.mark.pg_matrix]
 
@@ -71,7 +70,7 @@ class Scratch:
         (lsn,) = self.conn.execute(
             "select lsn::text from pg_create_logical_replication_slot(%s, 'pgoutput')", [slot]
         ).fetchone()
-        return slot, str_to_lsn(lsn)
+        return slot, Lsn.parse(lsn)
 
     def txn(self, *statements: str) -> Txn:
         """Run statements in one committed transaction; note its xid and the WAL around it."""
@@ -87,7 +86,7 @@ class Scratch:
             "select pg_current_wal_insert_lsn()::text,"
             " (extract(epoch from clock_timestamp()) * 1000000)::bigint"
         ).fetchone()
-        return str_to_lsn(lsn), micros
+        return Lsn.parse(lsn), micros
 
     def changes(self, slot: str, *options: str) -> list[bytes]:
         rows = self.conn.execute(
@@ -291,10 +290,10 @@ def test_lsn_text_form_matches_postgres(scratch):
     lsn_text, lsn_number = scratch.conn.execute(
         "select pg_current_wal_lsn()::text, (pg_current_wal_lsn() - '0/0')::text"
     ).fetchone()
-    assert lsn_to_str(int(lsn_number)) == lsn_text
-    assert str_to_lsn(lsn_text) == int(lsn_number)
+    assert str(Lsn(int(lsn_number))) == lsn_text
+    assert Lsn.parse(lsn_text) == int(lsn_number)
     (high,) = scratch.conn.execute("select ('FFFFFFFF/FFFFFFFF'::pg_lsn - '0/0')::text").fetchone()
-    assert lsn_to_str(int(high)) == "FFFFFFFF/FFFFFFFF"
+    assert str(Lsn(int(high))) == "FFFFFFFF/FFFFFFFF"
 
 
 def test_binary_option_sends_binary_values(scratch):

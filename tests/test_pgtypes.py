@@ -1,4 +1,4 @@
-"""schemas/pgtypes.py: the type mapping and every text parser, without a database."""
+"""schemas/pgtypes: the type mapping and every text parser, without a database."""
 
 from __future__ import annotations
 

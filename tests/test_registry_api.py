@@ -16,7 +16,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient, Schema
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from schemas.registry.compatibility import LEVELS
+from schemas.registry_server.compatibility import LEVELS
 from tests.kafka_node import own_kafka
 
 pytestmark = pytest.mark.stack
@@ -290,7 +290,7 @@ def test_unwritable_store_answers_50001_and_recovers(tmp_path):
     url = f"http://127.0.0.1:{http_port}"
     with own_kafka() as kafka:  # a broker of its own to stop
         bootstrap = kafka.bootstrap
-        registry = spawn([sys.executable, "-m", "schemas.registry", "--port", str(http_port),
+        registry = spawn([sys.executable, "-m", "schemas.registry_server", "--port", str(http_port),
                           "--kafka", bootstrap], tmp_path / "registry.log")
         try:
             wait_for(lambda: registry.poll() is not None or answers(url), "registry", 60)

@@ -5,7 +5,7 @@ import json
 import avro.schema
 import pytest
 
-from schemas.registry import compatibility as compat
+from schemas.registry_server import compatibility as compat
 
 
 def record(*fields: dict, name: str = "User") -> avro.schema.Schema:

@@ -1,6 +1,6 @@
 """DDL that changes existing rows without a row change in the WAL, end to end (issue 25): a real
 capture of ``RENAME COLUMN``, of ``ALTER COLUMN … TYPE … USING`` and of ``ADD COLUMN`` with a
-volatile default. The capture publishes the table again (capture/schema_changes.py); the
+volatile default. The capture publishes the table again (capture/stream/schema_changes.py); the
 replica (live, and rebuilt from offset zero), the search index and the warehouse (the Spark job,
 as it ships) all end equal to the source, and the replica renames its column in place."""
 
@@ -181,7 +181,7 @@ def test_a_rewrite_of_every_row_reaches_every_view(stack, source, prefix, start,
 
 def test_ddl_that_no_row_change_follows_still_reaches_the_views(stack, source, prefix, start):
     """No Relation message ever describes a table nobody writes to after its DDL: the capture
-    finds the change in the catalog (capture/drift.py)."""
+    finds the change in the catalog (capture/stream/drift.py)."""
     execute(source, "create table sd (id int primary key, a text, b int)",
             f"insert into sd select g, 'a' || g, g from generate_series(1, {ROWS}) g")
     start()

@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from bottler.migrate.verify import verify
 from bottler.status.groups import GroupReader
-from capture import topics
+from capture.setup import topics
 from common.kafka import await_topics
 from compose.demo import seed
 from compose.load import run_load
@@ -50,7 +50,7 @@ def test_a_new_table_topic_takes_the_partitions_asked_for_and_an_existing_one_ke
     admin = AdminClient({"bootstrap.servers": stack.kafka})
     admin.create_topics([NewTopic(f"{prefix}.old", num_partitions=2)])[f"{prefix}.old"].result()
     await_topics(admin, [f"{prefix}.old"])
-    with caplog.at_level(logging.WARNING, logger="capture.topics"):
+    with caplog.at_level(logging.WARNING, logger="capture.setup.topics"):
         topics.ensure_topics(admin, [f"{prefix}.old", f"{prefix}.new"], partitions=4)
     counts = {t: len(m.partitions) for t, m in admin.list_topics(timeout=10).topics.items()
               if t.startswith(prefix)}

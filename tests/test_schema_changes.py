@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from capture.schema_changes import Attributes, compare, shape_of
+from capture.stream.schema_changes import Attributes, compare, shape_of
 from schemas.avro_schema import record_schemas
 from schemas.pgtypes import Column, PgType
-from schemas.registry import compatibility
+from schemas.registry_server import compatibility
 
 INT, TEXT = "integer", "text"
 

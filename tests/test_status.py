@@ -15,14 +15,14 @@ from pathlib import Path
 
 import yaml
 
-from capture.slot_health import SlotProbe
+from capture.health.slot_safety import SlotProbe
 from compose.stack import isolated_stack
 from tests.support import rows, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "compose" / "grafana" / "bottler-dashboard.json"
 PROMETHEUS = ROOT / "compose" / "prometheus.yml"
-METRIC_MODULES = [ROOT / "capture" / "metrics.py", ROOT / "materializers" / "core" / "metrics.py"]
+METRIC_MODULES = [ROOT / "capture" / "health" / "metrics.py", ROOT / "materializers" / "core" / "metrics.py"]
 TABLES = ("customers", "products", "orders", "order_items")
 
 

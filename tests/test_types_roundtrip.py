@@ -1,6 +1,6 @@
 """End to end against a real PostgreSQL: every mapped type, tricky values, read as text under
-SESSION_SETTINGS, described by capture/typecatalog.py, converted by the codecs, written and read
-back with fastavro, and compared with values computed independently (psycopg's binary
+SESSION_SETTINGS, described by capture/source/typecatalog.py, converted by the codecs, written and
+read back with fastavro, and compared with values computed independently (psycopg's binary
 protocol, or PostgreSQL's own arithmetic)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.string import TextLoader
 
-from capture.typecatalog import load_columns, load_type
+from capture.source.typecatalog import load_columns, load_type
 from schemas.avro_schema import record_schemas, row_encoder, without_logical_types
 from schemas.pgtypes import (
     SESSION_SETTINGS,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from capture.typecatalog import load_columns
+from capture.source.typecatalog import load_columns
 from materializers.postgres.values import text_converter
 from schemas.avro_names import resolve_names
 from schemas.avro_reader import compile_reader

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from pydantic import Field, field_validator
@@ -15,16 +15,16 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from common import options
 from common.config import (
+    TOPIC_PREFIX,
     KafkaSettings,
     Settings,
     TopicPrefixSettings,
     comma_separated,
     env,
-    load,
 )
-from common.options import option
+from common.flags import Flag
+from common.options import settings_command
 from materializers.postgres import DEFAULT_GROUP
 
 if TYPE_CHECKING:
@@ -36,23 +36,22 @@ migrate_app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc
 out = Console() if sys.stdout.isatty() else Console(width=120)
 err = Console(stderr=True, soft_wrap=True)
 
-SourceOption = option("--source", "-s", help="Source database DSN [env: BOTTLER_PG_DSN]")
-TargetOption = option("--target", "-t", help="Target (replica) database DSN "
-                      "[env: BOTTLER_TARGET_DSN]")
-PrefixOption = option("--topic-prefix", "--prefix", "-p",
-                      help="The capture's topic prefix [env: BOTTLER_TOPIC_PREFIX]")
-GroupOption = option("--group-id", "--group", "-g", help="The replica's consumer group (its "
-                     f"rows in bottler.offsets) [default: {DEFAULT_GROUP}]")
-TablesOption = option("--tables", help="Only this table (schema.table, or table in public); "
-                      "repeatable.")
+# (the migrate commands spell the prefix and the group their own way too)
+PREFIX = TOPIC_PREFIX.but("--topic-prefix", "--prefix", "-p", help="The capture's topic prefix")
+GROUP = Flag("--group-id", "--group", "-g",
+             help="The replica's consumer group (its rows in bottler.offsets)")
 
 
 class MigrateSettings(Settings):
     """What every `bottler migrate` command reads: the two databases, the tables."""
 
-    source: str = Field(validation_alias=env("BOTTLER_PG_DSN"))
-    target: str = Field(validation_alias=env("BOTTLER_TARGET_DSN"))
-    tables: list[str] = []
+    source: Annotated[str, Flag("--source", "-s", help="Source database DSN")] = Field(
+        validation_alias=env("BOTTLER_PG_DSN"))
+    target: Annotated[str, Flag("--target", "-t", help="Target (replica) database DSN")] = Field(
+        validation_alias=env("BOTTLER_TARGET_DSN"))
+    tables: Annotated[list[str], Flag(
+        "--tables", help="Only this table (schema.table, or table in public); repeatable.",
+        shown="every user table")] = []
 
     @field_validator("tables", mode="before")
     @classmethod
@@ -60,31 +59,28 @@ class MigrateSettings(Settings):
         return comma_separated(value)
 
 
+MAX_KEYS = Flag("--max-keys", help="List at most this many differing keys per table")
+
+
 class VerifySettings(MigrateSettings):
-    max_keys: int = Field(20, ge=0)
-    chunk_rows: int = Field(100_000, ge=1)
+    max_keys: Annotated[int, MAX_KEYS] = Field(20, ge=0)
+    chunk_rows: Annotated[int, Flag(
+        "--chunk-rows", help="Rows per primary-key range compared at once")] = Field(100_000, ge=1)
 
 
 class MigrateStatusSettings(MigrateSettings, KafkaSettings, TopicPrefixSettings):
-    group_id: str = DEFAULT_GROUP
-    exact: bool = False
+    topic_prefix: Annotated[str, PREFIX] = ""
+    group_id: Annotated[str, GROUP] = DEFAULT_GROUP
+    exact: Annotated[bool, Flag(
+        "--exact", help="Count rows exactly (count(*)) instead of estimating.")] = False
 
 
 @migrate_app.command("verify")
-def verify_cmd(
-    source: str | None = SourceOption,
-    target: str | None = TargetOption,
-    tables: list[str] | None = TablesOption,
-    max_keys: int | None = option("--max-keys", help="List at most this many differing keys "
-                                  "per table [default: 20]"),
-    chunk_rows: int | None = option("--chunk-rows", help="Rows per primary-key range compared "
-                                    "at once [default: 100000]"),
-    config: Path | None = options.Config,
-) -> None:
+@settings_command
+def verify_cmd(s: VerifySettings) -> None:
     """Compare source and target: row counts, checksums, differing keys.
 
     Exit 0 when every table is identical, 1 when anything differs, 2 on errors."""
-    s = load(VerifySettings, locals())
     from bottler.migrate.verify import verify
 
     started = time.monotonic()
@@ -141,23 +137,12 @@ def print_verify(report: VerifyReport, seconds: float) -> None:
 
 
 @migrate_app.command("status")
-def status_cmd(
-    source: str | None = SourceOption,
-    target: str | None = TargetOption,
-    broker: str | None = options.Broker,
-    kafka_config: list[str] | None = options.KafkaConfig,
-    topic_prefix: str | None = PrefixOption,
-    group_id: str | None = GroupOption,
-    tables: list[str] | None = TablesOption,
-    exact: bool = option("--exact", default=False,
-                         help="Count rows exactly (count(*)) instead of estimating."),
-    config: Path | None = options.Config,
-) -> None:
+@settings_command
+def status_cmd(s: MigrateStatusSettings) -> None:
     """Per table: row counts and the replica's lag in messages; caught up or not.
 
     The lag is the table topic's end offsets minus the offsets the replica stored with its data
     in bottler.offsets (for --group)."""
-    s = load(MigrateStatusSettings, locals())
     from bottler.migrate.status import status
 
     s.check_clients()
@@ -203,16 +188,32 @@ def print_status(report: StatusReport) -> None:
 
 
 class CutoverSettings(MigrateSettings, KafkaSettings, TopicPrefixSettings):
-    group_id: str = DEFAULT_GROUP
-    slot: str = "bottler"
-    dry_run: bool = False
-    report: Path | None = None
-    sequence_margin: int = Field(0, ge=0)
-    fence_roles: list[str] = []
-    max_lag: int = Field(1000, ge=0)
-    fence_timeout: float = Field(300.0, ge=1)
-    replica_timeout: float = Field(300.0, ge=0)
-    max_keys: int = Field(20, ge=0)
+    tables: list[str] = []  # a key only, no flag: the cutover takes every table
+    topic_prefix: Annotated[str, PREFIX] = ""
+    group_id: Annotated[str, GROUP] = DEFAULT_GROUP
+    slot: Annotated[str, Flag("--slot", help="The capture's replication slot")] = "bottler"
+    dry_run: Annotated[bool, Flag("--dry-run", help="Check the preconditions only.")] = False
+    report: Annotated[Path | None, Flag(
+        "--report", help="Write the report here (Markdown) and beside it as .json.")] = None
+    sequence_margin: Annotated[int, Flag(
+        "--sequence-margin", help="Set each sequence this far past the source's")] = Field(
+        0, ge=0)
+    fence_roles: Annotated[list[str], Flag(
+        "--fence-roles", help="Roles whose sessions on the source are ended and whose "
+        "connection limit is set to 0 for the cutover (restored on no-go); comma-separated.",
+    )] = []
+    max_lag: Annotated[int, Flag(
+        "--max-lag", help="Messages the replica may be behind before the fence")] = Field(
+        1000, ge=0)
+    fence_timeout: Annotated[float, Flag(
+        "--fence-timeout",
+        help="Seconds to wait for the capture and the replica to pass the fence")] = Field(
+        300.0, ge=1)
+    replica_timeout: Annotated[float, Flag(
+        "--replica-timeout",
+        help="Seconds to wait for the replica to stop before the schema changes")] = Field(
+        300.0, ge=0)
+    max_keys: Annotated[int, MAX_KEYS] = Field(20, ge=0)
 
     @field_validator("fence_roles", mode="before")
     @classmethod
@@ -221,40 +222,12 @@ class CutoverSettings(MigrateSettings, KafkaSettings, TopicPrefixSettings):
 
 
 @migrate_app.command("cutover")
-def cutover_cmd(
-    source: str | None = SourceOption,
-    target: str | None = TargetOption,
-    broker: str | None = options.Broker,
-    kafka_config: list[str] | None = options.KafkaConfig,
-    topic_prefix: str | None = PrefixOption,
-    group_id: str | None = GroupOption,
-    slot: str | None = option("--slot", help="The capture's replication slot "
-                              "[default: bottler] [env: BOTTLER_SLOT]"),
-    dry_run: bool = option("--dry-run", default=False, help="Check the preconditions only."),
-    report: Path | None = option(
-        "--report", help="Write the report here (Markdown) and beside it as .json."),
-    sequence_margin: int | None = option(
-        "--sequence-margin", help="Set each sequence this far past the source's [default: 0]"),
-    fence_roles: list[str] | None = option(
-        "--fence-roles", help="Roles whose sessions on the source are ended and whose "
-        "connection limit is set to 0 for the cutover (restored on no-go); comma-separated."),
-    max_lag: int | None = option("--max-lag", help="Messages the replica may be behind before "
-                                 "the fence [default: 1000]"),
-    fence_timeout: float | None = option(
-        "--fence-timeout", help="Seconds to wait for the capture and the replica to pass the "
-        "fence [default: 300]"),
-    replica_timeout: float | None = option(
-        "--replica-timeout",
-        help="Seconds to wait for the replica to stop before the schema changes [default: 300]"),
-    max_keys: int | None = option("--max-keys", help="List at most this many differing keys "
-                                  "per table [default: 20]"),
-    config: Path | None = options.Config,
-) -> None:
+@settings_command
+def cutover_cmd(s: CutoverSettings) -> None:
     """From "writes stopped" to "go" or "no-go": preconditions, fence, verify, sequences,
     post-data, report (docs/migration.md).
 
     Exit 0 on go (or a dry run whose preconditions pass), 1 on no-go, 2 on errors."""
-    s = load(CutoverSettings, locals())
     from bottler.migrate import cutover, cutover_report
 
     s.check_clients()

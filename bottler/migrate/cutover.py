@@ -31,6 +31,7 @@ from bottler.migrate.status import status
 from bottler.migrate.verify import VerifyReport, verify
 from common.errors import BottlerError
 from common.kafka import Connection
+from common.lsn import Lsn
 from common.pg import connect, emit_message_function
 from common.redact import redact
 from materializers.postgres import APPLICATION_NAME as REPLICA_APPLICATION_NAME
@@ -112,7 +113,7 @@ def preconditions(o: Options, src: psycopg.Connection, dst: psycopg.Connection) 
         checks.append(Check(bool(active), f"capture: slot {o.slot} "
                             + ("held by a running capture" if active else
                                "not held by any capture: start `bottler capture`")
-                            + (f", confirmed up to {fence.lsn_text(confirmed)}"
+                            + (f", confirmed up to {Lsn(confirmed)}"
                                if confirmed else "")))
     can_emit = src.execute("select has_function_privilege(%s, 'execute')",
                            (emit_message_function(src),)).fetchone()[0]
@@ -135,7 +136,19 @@ def preconditions(o: Options, src: psycopg.Connection, dst: psycopg.Connection) 
                             f"group {o.group})" + (
                                 "; nothing published yet for " + ", ".join(missing_topics)
                                 if missing_topics else "")))
-    # Every source table in the target, same columns, types and key.
+    checks.append(_tables_check(src, dst))
+    checks.append(_transactions_check(o, src))
+    problem = postdata.pg_dump_problem(src.info.server_version)
+    checks.append(Check(problem is None, f"pg_dump: {problem or 'can dump the source'}"))
+    if o.fence_roles:
+        problems = fence.RoleFence(o.source, o.fence_roles).check(src)
+        checks.append(Check(not problems, "fence roles: " + ("; ".join(problems) or
+                            ", ".join(o.fence_roles) + " will be fenced out")))
+    return checks
+
+
+def _tables_check(src: psycopg.Connection, dst: psycopg.Connection) -> Check:
+    """Every source table in the target, with the same columns, types and key."""
     problems, names = [], user_tables(src)
     for schema, name in names:
         ours, theirs = table_info(src, schema, name), table_info(dst, schema, name)
@@ -156,10 +169,13 @@ def preconditions(o: Options, src: psycopg.Connection, dst: psycopg.Connection) 
         if ours.key != theirs.key:
             problems.append(f"{schema}.{name}: primary key ({', '.join(ours.key)}) in the "
                             f"source, ({', '.join(theirs.key)}) in the target")
-    checks.append(Check(not problems, f"tables: {len(names)} source tables in the target with "
-                        "the same columns and key" if not problems else
-                        "tables: " + "; ".join(problems)))
-    # No long-running or prepared transaction in the source.
+    return Check(not problems, f"tables: {len(names)} source tables in the target with "
+                 "the same columns and key" if not problems else
+                 "tables: " + "; ".join(problems))
+
+
+def _transactions_check(o: Options, src: psycopg.Connection) -> Check:
+    """No long-running or prepared transaction in the source."""
     long = src.execute(
         """select pid, usename, extract(epoch from now() - xact_start)::int
            from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()
@@ -168,22 +184,15 @@ def preconditions(o: Options, src: psycopg.Connection, dst: psycopg.Connection) 
     prepared = src.execute("select count(*) from pg_prepared_xacts "
                            "where database = current_database()").fetchone()[0]
     text = ", ".join(f"pid {pid} ({user}, {age}s)" for pid, user, age in long)
-    checks.append(Check(not long and not prepared,
-                        "transactions: none open longer than "
-                        f"{o.max_transaction_seconds:.0f}s, none prepared"
-                        if not long and not prepared else
-                        "transactions: " + "; ".join(
-                            ([f"open longer than {o.max_transaction_seconds:.0f}s: {text}"]
-                             if long else [])
-                            + ([f"{prepared} prepared (commit or roll them back)"]
-                               if prepared else []))))
-    problem = postdata.pg_dump_problem(src.info.server_version)
-    checks.append(Check(problem is None, f"pg_dump: {problem or 'can dump the source'}"))
-    if o.fence_roles:
-        problems = fence.RoleFence(o.source, o.fence_roles).check(src)
-        checks.append(Check(not problems, "fence roles: " + ("; ".join(problems) or
-                            ", ".join(o.fence_roles) + " will be fenced out")))
-    return checks
+    return Check(not long and not prepared,
+                 "transactions: none open longer than "
+                 f"{o.max_transaction_seconds:.0f}s, none prepared"
+                 if not long and not prepared else
+                 "transactions: " + "; ".join(
+                     ([f"open longer than {o.max_transaction_seconds:.0f}s: {text}"]
+                      if long else [])
+                     + ([f"{prepared} prepared (commit or roll them back)"]
+                        if prepared else [])))
 
 
 def _replica_sessions(dst: psycopg.Connection) -> list[int]:
@@ -243,7 +252,7 @@ def _fenced(c: Cutover, o: Options, src, dst, roles: fence.RoleFence, say, step)
             f"({roles.ended} sessions ended)")
     topics = set(_table_topics(src, o.prefix)) | {with_prefix(o.prefix, TRUNCATE)}
     lsn = fence.emit(src, "fence")
-    c.fence_at, c.fence_lsn = time.time(), fence.lsn_text(lsn)
+    c.fence_at, c.fence_lsn = time.time(), str(Lsn(lsn))
     say(f"fence: written at {c.fence_lsn}; waiting for the capture to confirm it")
     fence.wait_published(src, o.slot, lsn, o.fence_timeout)
     positions, starts = fence.end_positions(o.broker, topics)

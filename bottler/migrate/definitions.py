@@ -11,6 +11,7 @@ sequence past the source's keeps its value: the values it gave out must not come
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
@@ -141,6 +142,31 @@ def carry(src: psycopg.Connection, dst: psycopg.Connection, margin: int = 0,
         progress(f"  created {what}")
 
     # Sequences first (defaults may call nextval on them), then defaults, then ownership.
+    owned = _carry_sequences(dst, sequences, margin, run, done)
+    for schema, table, column, expression in defaults:
+        has = _target_column(dst, schema, table, column)
+        if has is None or has[0]:
+            continue
+        run(sql.SQL("alter table {} alter column {} set default {}").format(
+            _qualified(schema, table), sql.Identifier(column), sql.SQL(expression)),
+            f"default {schema}.{table}.{column}")
+    for schema, name, t_schema, t_name, column in owned:
+        if _target_column(dst, t_schema, t_name, column) is not None:
+            dst.execute(sql.SQL("alter sequence {} owned by {}").format(
+                _qualified(schema, name), sql.Identifier(t_schema, t_name, column)))
+    _carry_checks(dst, checks, run)
+    for schema, table, column in generated:
+        done.notes.append(f"{schema}.{table}.{column} is a generated column in the source and a "
+                          "plain one in the target (PostgreSQL cannot make a column generated "
+                          "after the fact)")
+    done.seconds = time.monotonic() - started
+    return done
+
+
+def _carry_sequences(dst: psycopg.Connection, sequences: list, margin: int,
+                     run: Callable[[sql.Composable, str], None], done: Definitions) -> list:
+    """Create or set the target's sequences (identity ones included) from the source's
+    ``sequences``; the sequences owned by a column, to mark so once the defaults are in."""
     owned = []
     for (schema, name, type_, start, increment, minimum, maximum, cache, cycle, last,
          deptype, t_schema, t_name, column, identity) in sequences:
@@ -184,17 +210,12 @@ def carry(src: psycopg.Connection, dst: psycopg.Connection, margin: int = 0,
         else:
             dst.execute("select setval(%s::regclass, %s, %s)", (regclass, value, is_called))
         done.sequences.append(SequenceSet(target_name, value, is_called, last, created))
-    for schema, table, column, expression in defaults:
-        has = _target_column(dst, schema, table, column)
-        if has is None or has[0]:
-            continue
-        run(sql.SQL("alter table {} alter column {} set default {}").format(
-            _qualified(schema, table), sql.Identifier(column), sql.SQL(expression)),
-            f"default {schema}.{table}.{column}")
-    for schema, name, t_schema, t_name, column in owned:
-        if _target_column(dst, t_schema, t_name, column) is not None:
-            dst.execute(sql.SQL("alter sequence {} owned by {}").format(
-                _qualified(schema, name), sql.Identifier(t_schema, t_name, column)))
+    return owned
+
+
+def _carry_checks(dst: psycopg.Connection, checks: list,
+                  run: Callable[[sql.Composable, str], None]) -> None:
+    """Add the source's CHECK constraints the target lacks: NOT VALID, then validated."""
     for schema, table, name, definition, validated in checks:
         exists = dst.execute(
             """select 1 from pg_constraint co join pg_class c on c.oid = co.conrelid
@@ -211,9 +232,3 @@ def carry(src: psycopg.Connection, dst: psycopg.Connection, margin: int = 0,
         if validated:
             dst.execute(sql.SQL("alter table {} validate constraint {}").format(
                 _qualified(schema, table), sql.Identifier(name)))
-    for schema, table, column in generated:
-        done.notes.append(f"{schema}.{table}.{column} is a generated column in the source and a "
-                          "plain one in the target (PostgreSQL cannot make a column generated "
-                          "after the fact)")
-    done.seconds = time.monotonic() - started
-    return done

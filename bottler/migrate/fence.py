@@ -8,8 +8,8 @@ that the replica applied everything before it.
 2. A logical decoding message (``pg_logical_emit_message``, prefix ``bottler.fence``) is written;
    it returns its WAL position. The capture confirms a position on its slot only once Kafka
    acknowledged every change before it, and advances an idle slot to the end of the WAL the
-   server sent (capture/acks.py): once ``confirmed_flush_lsn`` passes the fence, every change
-   before it is in Kafka.
+   server sent (capture/publish/acks.py): once ``confirmed_flush_lsn`` passes the fence, every
+   change before it is in Kafka.
 3. The table topics' end offsets at that moment are the fence positions. The replica has applied
    everything before the fence once the offsets it stored with its data (the sink's
    ``stored_offsets``) reach them in every partition.
@@ -28,6 +28,7 @@ from psycopg import sql
 from bottler.migrate.status import watermarks
 from common.errors import BottlerError
 from common.kafka import Connection
+from common.lsn import Lsn
 from common.pg import connect
 from common.redact import redact
 from materializers.postgres.sink import PostgresSink
@@ -36,15 +37,6 @@ FENCE_PREFIX = "bottler.fence"
 POLL = 0.2  # seconds between two looks at the slot or the replica's offsets
 
 Positions = dict[tuple[str, int], int]  # (topic, partition) -> offset
-
-
-def lsn_text(lsn: int) -> str:
-    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
-
-
-def parse_lsn(text: str) -> int:
-    high, _, low = text.partition("/")
-    return (int(high, 16) << 32) | int(low, 16)
 
 
 @dataclass
@@ -106,7 +98,7 @@ class RoleFence:
         self.saved.clear()
 
 
-def emit(conn: psycopg.Connection, label: str) -> int:
+def emit(conn: psycopg.Connection, label: str) -> Lsn:
     """Write a fence message into the source's WAL; its position."""
     content = json.dumps({"fence": label, "at": time.time()})
     try:
@@ -117,16 +109,16 @@ def emit(conn: psycopg.Connection, label: str) -> int:
                            f"{redact(str(exc).strip())}",
                            "the cutover's role needs EXECUTE on pg_logical_emit_message "
                            "(a superuser or REPLICATION role has it)") from None
-    return parse_lsn(text)
+    return Lsn.parse(text)
 
 
-def slot_confirmed(conn: psycopg.Connection, slot: str) -> tuple[int | None, bool] | None:
+def slot_confirmed(conn: psycopg.Connection, slot: str) -> tuple[Lsn | None, bool] | None:
     """(confirmed_flush_lsn, active) of the slot, None if there is no such slot."""
     row = conn.execute("select confirmed_flush_lsn::text, active from pg_replication_slots "
                        "where slot_name = %s", (slot,)).fetchone()
     if row is None:
         return None
-    return (parse_lsn(row[0]) if row[0] else None), row[1]
+    return (Lsn.parse(row[0]) if row[0] else None), row[1]
 
 
 def wait_until(check: Callable[[], object], timeout: float, what: str, hint: str):
@@ -152,7 +144,7 @@ def wait_published(conn: psycopg.Connection, slot: str, lsn: int, timeout: float
                                "the capture must run until the cutover says go")
         return state[0] is not None and state[0] >= lsn
 
-    wait_until(confirmed, timeout, f"the capture to confirm the fence {lsn_text(lsn)} on slot "
+    wait_until(confirmed, timeout, f"the capture to confirm the fence {Lsn(lsn)} on slot "
                f"{slot}", "check that the capture is running and can reach Kafka "
                "(bottler slot status)")
 

@@ -5,28 +5,39 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlsplit
 
 import typer
 from pydantic import Field, field_validator
 from rich.console import Console
 
-from common import options
-from common.config import KafkaSettings, env, load
+from common.config import BROKER, KAFKA_CONFIG, KafkaSettings, env
 from common.errors import BottlerError
-from common.options import option
+from common.flags import Flag
+from common.options import settings_command
 
 if TYPE_CHECKING:  # imported by the command (every command imports this module)
     from bottler.status.watch import Target, Watcher
 
 
 class StatusSettings(KafkaSettings):
-    dir: Path = Field(Path(".stack"), validation_alias=env("BOTTLER_STACK_DIR"))
-    postgres: str | None = Field(None, validation_alias=env("BOTTLER_PG_DSN"))
-    metrics: list[str] = []
-    once: bool = False
-    interval: float = Field(2.0, ge=0.2)
+    dir: Annotated[Path, Flag("--dir", help="The embedded stack to watch (what `make up` "
+                              "started)")] = Field(Path(".stack"),
+                                                   validation_alias=env("BOTTLER_STACK_DIR"))
+    postgres: Annotated[str | None, Flag(
+        "--postgres", "-d", help="Source database DSN, for a deployment other than the stack",
+        shown="the stack's")] = Field(None, validation_alias=env("BOTTLER_PG_DSN"))
+    kafka: Annotated[dict[str, str], BROKER.but(help="Kafka bootstrap servers, idem",
+                                                shown="the stack's"),
+                     KAFKA_CONFIG] = Field(default_factory=dict)
+    metrics: Annotated[list[str], Flag(
+        "--metrics", "-m", help="An app's Prometheus endpoint, as name=URL or URL (repeatable; "
+        "space-separated in the variable)", shown="the stack's apps")] = []
+    once: Annotated[bool, Flag("--once", help="Print one snapshot and exit (also when not on a "
+                               "terminal); exits 1 when something is down.")] = False
+    interval: Annotated[float, Flag(
+        "--interval", help="Seconds between refreshes")] = Field(2.0, ge=0.2)
 
     @field_validator("metrics", mode="before")
     @classmethod
@@ -34,34 +45,16 @@ class StatusSettings(KafkaSettings):
         return value.split() if isinstance(value, str) else value  # BOTTLER_METRICS: spaces
 
 
-def status(
-    dir: Path | None = option("--dir", help="The embedded stack to watch (what `make up` "
-                              "started) [default: .stack] [env: BOTTLER_STACK_DIR]"),
-    postgres: str | None = option(
-        "--postgres", "-d", help="Source database DSN, for a deployment other than the stack "
-        "[env: BOTTLER_PG_DSN]"),
-    broker: str | None = option(
-        "--broker", "-b", help="Kafka bootstrap servers, idem [env: BOTTLER_KAFKA]"),
-    kafka_config: list[str] | None = options.KafkaConfig,
-    metrics: list[str] | None = option(
-        "--metrics", "-m", help="An app's Prometheus endpoint, as name=URL or URL (repeatable) "
-        "[env: BOTTLER_METRICS, space-separated]"),
-    once: bool = option("--once", default=False,
-                        help="Print one snapshot and exit (also when not on a terminal); "
-                        "exits 1 when something is down."),
-    interval: float | None = option("--interval", help="Seconds between refreshes "
-                                    "[default: 2]"),
-    config: Path | None = options.Config,
-) -> None:
+@settings_command
+def status(s: StatusSettings) -> None:
     """One live view of the replication slot, the topics and every process's lag and state."""
-    s = load(StatusSettings, locals())
     from bottler.status.view import render
     from bottler.status.watch import Watcher, has_stack, stack_target
 
     # Endpoints on the command line are watched; from the environment or the file, when there
     # is no stack to watch.
     given = s.model_fields_set & {"postgres", "kafka", "metrics"}
-    if postgres or broker or metrics or (given and not has_stack(s.dir)):
+    if s.flags & {"postgres", "broker", "metrics"} or (given and not has_stack(s.dir)):
         target = explicit_target(s)
     else:
         target = stack_target(s.dir)

@@ -13,7 +13,7 @@ import fastavro
 from confluent_kafka import Message
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from common.registry import Registry, registry_client
+from common.registry_client import Registry, registry_client
 from materializers.core.changes import Change, TableId, table_of
 from schemas.avro_reader import Reader, compile_reader
 from schemas.avro_schema import without_logical_types

@@ -35,7 +35,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from common import gctune
 from common.kafka import Connection
-from common.registry import Registry
+from common.registry_client import Registry
 from materializers.core import positions, watermarks
 from materializers.core.changes import Change, TopicPartition
 from materializers.core.clients import consumer_config
@@ -67,7 +67,7 @@ class Materializer(SinkWriting):
 
     ``skip``: ``skip(message) -> bool``, asked before a message is decoded; a message it
     skips only moves its partition's position (the replica seeded from a snapshot skips what
-    the snapshot holds: :mod:`materializers.postgres.seeds`).
+    the snapshot holds: :mod:`materializers.postgres.seeding.handover`).
 
     ``on_poison``: ``"dead-letter"`` sends an undecodable message, or one the sink rejects with
     :class:`RejectedChange`, to ``<prefix>._bottler.dead-letter`` (original key and value, the

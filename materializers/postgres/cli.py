@@ -3,75 +3,54 @@
 from __future__ import annotations
 
 import signal
-from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field
 
 from common import gctune, options, seedlock
-from common.config import MetricsSettings, env, load
-from common.options import option
+from common.config import MetricsSettings, env
+from common.flags import Flag
+from common.options import settings_command
 from common.signals import stop_on_signals
 from materializers.postgres import APPLICATION_NAME as REPLICA_APPLICATION_NAME
 from materializers.postgres import DEFAULT_GROUP, SEED_CHUNK_PAGES
 
 
 class ReplicaSettings(options.ViewSettings, MetricsSettings):
-    target: str = Field(validation_alias=env("BOTTLER_TARGET_DSN"))
-    topics: list[str] = []
-    batch_size: int = Field(5000, ge=1)
-    once: bool = False
-    group_id: str = DEFAULT_GROUP
-    adopt_existing: bool = False
-    seed_from: str | None = Field(None, validation_alias=env("BOTTLER_SEED_DSN"))
-    seed_workers: int = Field(2, ge=1)
-    seed_chunk_pages: int = Field(SEED_CHUNK_PAGES, ge=1)
-    join_group: bool = False
-    instance_id: str | None = None
-
-
-def materialize_postgres(
-    target: str | None = option("--target", "-t", help="Target database DSN "
-                                "[env: BOTTLER_TARGET_DSN]"),
-    broker: str | None = options.Broker,
-    kafka_config: list[str] | None = options.KafkaConfig,
-    schema_registry: str | None = options.SchemaRegistry,
-    registry_config: list[str] | None = options.RegistryConfig,
-    topic_prefix: str | None = options.TopicPrefix,
-    topics: list[str] | None = options.Topics,
-    group_id: str | None = options.group_id(DEFAULT_GROUP,
-                                            "Consumer group; also the key of the stored offsets."),
-    on_poison: str | None = options.on_poison(),
-    batch_size: int | None = options.batch_size(),
-    once: bool = options.once(),
-    join_group: bool = options.join_group(),
-    instance_id: str | None = options.instance_id(),
-    adopt_existing: bool = option(
-        "--adopt-existing", default=False,
-        help="Write into target tables that already hold rows the replica did not write "
-        "(rows with the source's keys are overwritten; other rows and columns are kept)."),
-    seed_from: str | None = option(
-        "--seed-from",
-        help="Source database DSN: copy the captured tables from a snapshot of it straight into"
-        " a new target, then follow the topics from there (the initial copy at pg_dump speed)"
-        " [env: BOTTLER_SEED_DSN]"),
-    seed_workers: int | None = option("--seed-workers", help="Parallel COPY streams of "
-                                      "--seed-from [default: 2] [env: BOTTLER_SEED_WORKERS]"),
-    seed_chunk_pages: int | None = option(
+    target: Annotated[str, Flag("--target", "-t", help="Target database DSN")] = Field(
+        validation_alias=env("BOTTLER_TARGET_DSN"))
+    topics: Annotated[list[str], options.TOPICS] = []
+    batch_size: Annotated[int, options.BATCH_SIZE] = Field(5000, ge=1)
+    once: Annotated[bool, options.ONCE] = False
+    group_id: Annotated[str, options.GROUP_ID] = DEFAULT_GROUP
+    adopt_existing: Annotated[bool, Flag(
+        "--adopt-existing", help="Write into target tables that already hold rows the replica "
+        "did not write (rows with the source's keys are overwritten; other rows and columns are "
+        "kept).")] = False
+    seed_from: Annotated[str | None, Flag(
+        "--seed-from", help="Source database DSN: copy the captured tables from a snapshot of it"
+        " straight into a new target, then follow the topics from there (the initial copy at "
+        "pg_dump speed)")] = Field(None, validation_alias=env("BOTTLER_SEED_DSN"))
+    seed_workers: Annotated[int, Flag(
+        "--seed-workers", help="Parallel COPY streams of --seed-from")] = Field(2, ge=1)
+    seed_chunk_pages: Annotated[int, Flag(
         "--seed-chunk-pages", help="Pages (8 kB) per range a --seed-from stream copies in one "
-        f"transaction [default: {SEED_CHUNK_PAGES}] [env: BOTTLER_SEED_CHUNK_PAGES]"),
-    metrics_port: int | None = options.MetricsPort,
-    metrics_host: str | None = options.MetricsHost,
-    config: Path | None = options.Config,
-) -> None:
+        "transaction")] = Field(SEED_CHUNK_PAGES, ge=1)
+    join_group: Annotated[bool, options.JOIN_GROUP] = False
+    instance_id: Annotated[str | None, options.INSTANCE_ID] = None
+
+
+@settings_command
+def materialize_postgres(s: ReplicaSettings) -> None:
     """Keep a replica of the captured tables in the target database (no foreign keys)."""
-    s = load(ReplicaSettings, locals())
     # the mark first, before this process's own start-up: a capture starting beside the seed
     # does not start its snapshot workers meanwhile (common.seedlock)
     marker = seedlock.marker(s.seed_from, REPLICA_APPLICATION_NAME) if s.seed_from else None
     from materializers.core import Materializer
     from materializers.postgres.adoption import topic_ends
-    from materializers.postgres.seed import Seeder, Stopped
-    from materializers.postgres.seeds import SeedFilter
+    from materializers.postgres.seeding import Stopped
+    from materializers.postgres.seeding.handover import SeedFilter
+    from materializers.postgres.seeding.seeder import Seeder
     from materializers.postgres.sink import PostgresSink
 
     s.check_clients()

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from pydantic import Field
 
 from common import options
-from common.config import MetricsSettings, load
+from common.config import MetricsSettings
 from common.errors import BottlerError
+from common.flags import Flag
 from common.kafka import check_broker
-from common.options import option
+from common.options import settings_command
 from common.signals import stop_on_signals
 
 INDEX_HELP = "The alias searches use; bottler writes its physical indices NAME-1, NAME-2…"
@@ -20,26 +22,41 @@ INDEX_HELP = "The alias searches use; bottler writes its physical indices NAME-1
 class ReaderSettings(options.ViewSettings):
     """What `materialize search` and `reindex` share."""
 
-    search: str = "http://localhost:9200"
-    topics: list[str] = []
-    batch_size: int = Field(5000, ge=1)
-    mapping: Path | None = None
-    transform: str | None = None
+    search: Annotated[str, Flag("--search", "-s", help="Elasticsearch or OpenSearch URL "
+                                "(http://user:password@host:9200)")] = "http://localhost:9200"
+    topics: Annotated[list[str], options.topics("index")] = []
+    batch_size: Annotated[int, options.BATCH_SIZE] = Field(5000, ge=1)
+    mapping: Annotated[Path | None, Flag(
+        "--mapping", help="JSON file: settings and field mappings that override the ones derived "
+        "from the Avro schemas.")] = None
+    transform: Annotated[str | None, Flag(
+        "--transform", help="module:function(doc, change) returning the document to index (or "
+        "None to leave the row out).")] = None
 
 
 class SearchSettings(ReaderSettings, MetricsSettings):
-    index: str | None = None  # the alias: required (a setting, so the file may give it)
-    once: bool = False
-    join_group: bool = False
-    instance_id: str | None = None
+    # the alias: required (a setting, so the file may give it)
+    index: Annotated[str | None, Flag("--index", "-i", help=INDEX_HELP)] = None
+    once: Annotated[bool, options.ONCE] = False
+    join_group: Annotated[bool, options.JOIN_GROUP] = False
+    instance_id: Annotated[str | None, options.INSTANCE_ID] = None
 
 
 class ReindexSettings(ReaderSettings):
-    max_lag: int = Field(100, ge=0)
-    retention: float = Field(0.0, ge=0)
-    keep_old: bool = False
-    handover_timeout: float = Field(30.0, gt=0)
-    timeout: float | None = Field(None, gt=0)
+    max_lag: Annotated[int, Flag(
+        "--max-lag", help="Swap once the new index is at most this many messages behind",
+    )] = Field(100, ge=0)
+    retention: Annotated[float, Flag(
+        "--retention", help="Seconds to keep the old index after the swap before deleting it",
+    )] = Field(0.0, ge=0)
+    keep_old: Annotated[bool, Flag("--keep-old", help="Never delete the old index.")] = False
+    handover_timeout: Annotated[float, Flag(
+        "--handover-timeout",
+        help="Seconds to wait for the live reader to hand the old index over")] = Field(
+        30.0, gt=0)
+    timeout: Annotated[float | None, Flag(
+        "--timeout", help="Give up if the rebuild has not caught up after this many seconds.",
+    )] = Field(None, gt=0)
 
 
 def _reader_options(s: ReaderSettings, loop_options: dict | None = None):
@@ -56,40 +73,10 @@ def _reader_options(s: ReaderSettings, loop_options: dict | None = None):
     )
 
 
-Search = option("--search", "-s", help="Elasticsearch or OpenSearch URL "
-                "(http://user:password@host:9200) [default: http://localhost:9200] "
-                "[env: BOTTLER_SEARCH]")
-Mapping = option("--mapping", help="JSON file: settings and field mappings that override the "
-                 "ones derived from the Avro schemas.")
-TransformOpt = option("--transform", help="module:function(doc, change) returning the document "
-                      "to index (or None to leave the row out).")
-OnPoison = options.on_poison()
-BatchSize = options.batch_size()
-
-
-def materialize_search(
-    index: str | None = option("--index", "-i", help=INDEX_HELP + " [env: BOTTLER_INDEX]"),
-    broker: str | None = options.Broker,
-    kafka_config: list[str] | None = options.KafkaConfig,
-    schema_registry: str | None = options.SchemaRegistry,
-    registry_config: list[str] | None = options.RegistryConfig,
-    search: str | None = Search,
-    topic_prefix: str | None = options.TopicPrefix,
-    topics: list[str] | None = options.TopicsToIndex,
-    mapping: Path | None = Mapping,
-    transform: str | None = TransformOpt,
-    on_poison: str | None = OnPoison,
-    batch_size: int | None = BatchSize,
-    once: bool = options.once(),
-    join_group: bool = options.join_group(),
-    instance_id: str | None = options.instance_id(),
-    metrics_port: int | None = options.MetricsPort,
-    metrics_host: str | None = options.MetricsHost,
-    config: Path | None = options.Config,
-) -> None:
+@settings_command
+def materialize_search(s: SearchSettings) -> None:
     """Keep a search index current from the table topics (one document per row); follows the
     alias when `bottler reindex` moves it to a rebuilt index."""
-    s = load(SearchSettings, locals())
     from materializers.search.client import SearchClient
     from materializers.search.reader import LiveReader
 
@@ -108,37 +95,16 @@ def materialize_search(
     reader.run(stop)
 
 
+@settings_command
 def reindex(
+    s: ReindexSettings,
     name: str = typer.Argument(..., help=INDEX_HELP, show_default=False),
     show_status: bool = typer.Option(False, "--status",
                                      help="Show which physical index serves the alias and the "
                                      "lag of each, and exit."),
-    broker: str | None = options.Broker,
-    kafka_config: list[str] | None = options.KafkaConfig,
-    schema_registry: str | None = options.SchemaRegistry,
-    registry_config: list[str] | None = options.RegistryConfig,
-    search: str | None = Search,
-    topic_prefix: str | None = options.TopicPrefix,
-    topics: list[str] | None = options.TopicsToIndex,
-    mapping: Path | None = Mapping,
-    transform: str | None = TransformOpt,
-    on_poison: str | None = OnPoison,
-    batch_size: int | None = BatchSize,
-    max_lag: int | None = option("--max-lag", help="Swap once the new index is at most this "
-                                 "many messages behind [default: 100]"),
-    retention: float | None = option("--retention", help="Seconds to keep the old index after "
-                                     "the swap before deleting it [default: 0]"),
-    keep_old: bool = option("--keep-old", default=False, help="Never delete the old index."),
-    handover_timeout: float | None = option("--handover-timeout",
-                                            help="Seconds to wait for the live reader to hand "
-                                            "the old index over [default: 30]"),
-    timeout: float | None = option("--timeout", help="Give up if the rebuild has not caught up "
-                                   "after this many seconds."),
-    config: Path | None = options.Config,
 ) -> None:
     """Rebuild a search index from offset zero into NAME-<next> while NAME keeps serving, then
     swap the alias atomically and retire the old index."""
-    s = load(ReindexSettings, locals(), skip=("name", "show_status"))
     from rich.console import Console
 
     from materializers.search.client import SearchClient

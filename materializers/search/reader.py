@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.kafka import Connection
-from common.registry import Registry
+from common.registry_client import Registry
 from materializers.core import Materializer
 from materializers.search import indices
 from materializers.search.client import SearchClient, SearchError

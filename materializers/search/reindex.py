@@ -71,6 +71,29 @@ def reindex(client: SearchClient, alias: str, options: ReaderOptions, *, max_lag
     except BaseException:
         indices.delete_index(client, new)
         raise
+    behind = _catch_up(client, alias, old, new, sink, loop, started, max_lag=max_lag,
+                       timeout=timeout, say=say, abandon=abandon)
+    # refreshing again, and refreshed before it serves: a query on the alias never sees it empty
+    indices.resume_refresh(client, new, refresh)
+    indices.swap(client, alias, old, new)
+    rebuilt = time.monotonic() - started
+    documents = client.request("GET", f"/{new}/_count")["count"]
+    say(f"{alias}: now served by {new} ({documents:,} documents, {behind:,} messages behind "
+        f"at the swap, rebuilt in {rebuilt:.1f} s)")
+    result = Reindexed(alias, old, new, documents, rebuilt, released=False, deleted=False)
+    if old is None:
+        return result
+    _retire(client, alias, result, handover_timeout=handover_timeout, keep_old=keep_old,
+            retention=retention, say=say, abandon=abandon)
+    return result
+
+
+def _catch_up(client: SearchClient, alias: str, old: str | None, new: str, sink, loop,
+              started: float, *, max_lag: int, timeout: float | None,
+              say: Callable[[str], None], abandon: threading.Event | None) -> int:
+    """Run ``loop`` into ``new`` until it is at most ``max_lag`` messages behind, then stop it
+    (its last batch flushed, its offsets stored with ``new``); the messages it is behind. A
+    failure, a timeout or ``abandon`` deletes ``new`` and raises."""
     stop = threading.Event()
     failure: list[BaseException] = []
 
@@ -113,34 +136,31 @@ def reindex(client: SearchClient, alias: str, options: ReaderOptions, *, max_lag
             + (f"{old} still serves the alias" if old else "the alias was not created"))
         raise
     finish_rebuild()
-    behind = sum(v or 0 for v in loop.lag().values())
-    # refreshing again, and refreshed before it serves: a query on the alias never sees it empty
-    indices.resume_refresh(client, new, refresh)
-    indices.swap(client, alias, old, new)
-    rebuilt = time.monotonic() - started
-    documents = client.request("GET", f"/{new}/_count")["count"]
-    say(f"{alias}: now served by {new} ({documents:,} documents, {behind:,} messages behind "
-        f"at the swap, rebuilt in {rebuilt:.1f} s)")
-    result = Reindexed(alias, old, new, documents, rebuilt, released=False, deleted=False)
-    if old is None:
-        return result
+    return sum(v or 0 for v in loop.lag().values())
+
+
+def _retire(client: SearchClient, alias: str, result: Reindexed, *, handover_timeout: float,
+            keep_old: bool, retention: float, say: Callable[[str], None],
+            abandon: threading.Event | None) -> None:
+    """After the swap: wait for the live reader to release the old index, then delete it
+    (after ``retention`` seconds) unless ``keep_old``; recorded in ``result``."""
+    old, new = result.old, result.new
     result.released = wait_released(client, old, handover_timeout)
     if not result.released:
         say(f"{alias}: no live reader released {old} within {handover_timeout:.0f} s (none "
             f"running?); the next `bottler materialize search --index {alias}` continues {new}")
     if keep_old:
         say(f"{alias}: {old} kept (--keep-old)")
-        return result
+        return
     if retention > 0:
         say(f"{alias}: deleting {old} in {retention:.0f} s")
         if (abandon or threading.Event()).wait(retention):
             say(f"{alias}: stopped: {old} kept, delete it with "
                 f"`curl -X DELETE <search>/{old}` once nothing reads it")
-            return result
+            return
     indices.delete_index(client, old)
     result.deleted = True
     say(f"{alias}: {old} deleted")
-    return result
 
 
 def wait_released(client: SearchClient, index: str, timeout: float) -> bool:

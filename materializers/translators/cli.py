@@ -2,55 +2,44 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Annotated, Literal
 
 import typer
 from confluent_kafka import KafkaException
 from pydantic import Field
 
 from common import options
-from common.config import MetricsSettings, load
+from common.config import MetricsSettings
 from common.errors import BottlerError
-from common.options import option
+from common.flags import Flag
+from common.options import settings_command
 from common.signals import stop_on_signals
 
 
 class TranslateSettings(options.ViewSettings, MetricsSettings):
-    output_prefix: str | None = None
-    group_id: str | None = None
-    batch_size: int = Field(500, ge=1)
-    once: bool = False
-    join_group: bool = False
-    instance_id: str | None = None
+    output_prefix: Annotated[str | None, Flag(
+        "--output-prefix", help="Prefix of the output topics", shown="the topic prefix")] = None
+    group_id: Annotated[str | None, options.GROUP_ID.but(
+        help="Consumer group and transactional id",
+        shown="[prefix.]bottler-translate-NAME")] = None
+    on_poison: Annotated[Literal["dead-letter", "stop"], options.ON_POISON.but(
+        help="dead-letter or stop: what an input that cannot be decoded or translated does",
+    )] = "dead-letter"
+    batch_size: Annotated[int, options.BATCH_SIZE.but(
+        help="Input messages per transaction (at most).")] = Field(500, ge=1)
+    once: Annotated[bool, options.ONCE] = False
+    join_group: Annotated[bool, options.JOIN_GROUP] = False
+    instance_id: Annotated[str | None, options.INSTANCE_ID] = None
 
 
+@settings_command
 def translate(
+    s: TranslateSettings,
     name: str = typer.Argument(..., help="An installed translator (entry point of the "
                                "bottler.translators group) or module:attribute.",
                                show_default=False),
-    broker: str | None = options.Broker,
-    kafka_config: list[str] | None = options.KafkaConfig,
-    schema_registry: str | None = options.SchemaRegistry,
-    registry_config: list[str] | None = options.RegistryConfig,
-    topic_prefix: str | None = options.TopicPrefix,
-    output_prefix: str | None = option(
-        "--output-prefix", help="Prefix of the output topics [default: --topic-prefix]"),
-    group_id: str | None = options.group_id(
-        "bottler-translate-NAME, under the topic prefix",
-        "Consumer group and transactional id"),
-    on_poison: str | None = options.on_poison("what an input that cannot be decoded or "
-                                              "translated does"),
-    batch_size: int | None = options.batch_size(500, "Input messages per transaction (at "
-                                                "most)."),
-    once: bool = options.once(),
-    join_group: bool = options.join_group(),
-    instance_id: str | None = options.instance_id(),
-    metrics_port: int | None = options.MetricsPort,
-    metrics_host: str | None = options.MetricsHost,
-    config: Path | None = options.Config,
 ) -> None:
     """Translate captured table changes into business events, exactly once."""
-    s = load(TranslateSettings, locals(), skip=("name",))
     from materializers.translators.loading import load as load_translator
     from materializers.translators.runner import TranslatorRunner
 

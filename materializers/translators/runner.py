@@ -45,7 +45,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from common.errors import BottlerError
 from common.kafka import Connection, await_topics, client_config, denied, is_denied
-from common.registry import Registry, registry_client
+from common.registry_client import Registry, registry_client
 from materializers.core import clients, dead_letters, watermarks
 from materializers.core import metrics as core_metrics
 from materializers.core.changes import TopicPartition

@@ -7,15 +7,16 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import typer
 from pydantic import Field
 
 from common import options
-from common.config import MetricsSettings, env, load
+from common.config import MetricsSettings, env
 from common.errors import BottlerError
-from common.options import option
+from common.flags import Flag
+from common.options import settings_command
 from common.signals import stop_on_signals
 
 log = logging.getLogger(__name__)
@@ -25,54 +26,41 @@ log = logging.getLogger(__name__)
 INTERVALS = {"python": 1.0, "spark": 10.0}
 warehouse_app = typer.Typer(no_args_is_help=True, help="Maintain the Delta warehouse tables.")
 
-PATH = typer.Option(..., "--path", envvar="BOTTLER_WAREHOUSE_PATH",
-                    help="The warehouse directory [env: BOTTLER_WAREHOUSE_PATH]",
-                    show_default=False)
+PATH_ENV = "BOTTLER_WAREHOUSE_PATH"
+PATH_FLAG = Flag("--path", help="The warehouse directory")
+# optimize and vacuum take it as a plain typer option (typer reads its variable): no settings
+PATH = typer.Option(..., *PATH_FLAG.names, envvar=PATH_ENV, show_envvar=True,
+                    help=PATH_FLAG.help, show_default=False)
 
 
 class WarehouseSettings(options.ViewSettings, MetricsSettings):
-    path: Path = Field(validation_alias=env("BOTTLER_WAREHOUSE_PATH"))
-    topics: list[str] = []
-    once: bool = False
-    master: str = Field("local[2]", validation_alias=env("BOTTLER_SPARK_MASTER"))
+    path: Annotated[Path, PATH_FLAG] = Field(validation_alias=env(PATH_ENV))
+    topics: Annotated[list[str], options.TOPICS] = []
+    once: Annotated[bool, options.ONCE.but(
+        help="Catch up to the current high watermarks, then exit.")] = False
+    master: Annotated[str, Flag("--master", help="Spark master")] = Field(
+        "local[2]", validation_alias=env("BOTTLER_SPARK_MASTER"))
     # Loopback unless asked: the driver's ports take unauthenticated connections.
-    driver_host: str = Field("127.0.0.1", validation_alias=env("BOTTLER_SPARK_DRIVER_HOST"))
-    max_messages: int = Field(1_000_000, ge=1)
-    interval: float | None = Field(None, gt=0)  # default: INTERVALS[route]
-    route: Literal["python", "spark"] = Field("python",
-                                              validation_alias=env("BOTTLER_WAREHOUSE_ROUTE"))
+    driver_host: Annotated[str, Flag(
+        "--driver-host", help="Address the Spark driver listens on, for its executors "
+        "(127.0.0.1: this machine only)")] = Field(
+        "127.0.0.1", validation_alias=env("BOTTLER_SPARK_DRIVER_HOST"))
+    max_messages: Annotated[int, Flag(
+        "--max-messages", help="Offsets per partition per micro-batch, at most")] = Field(
+        1_000_000, ge=1)
+    interval: Annotated[float | None, Flag(  # None: INTERVALS[route]
+        "--interval", help="Seconds between micro-batches when idle",
+        shown=f"{INTERVALS['python']:g}; {INTERVALS['spark']:g} with --route spark")] = Field(
+        None, gt=0)
+    route: Annotated[Literal["python", "spark"], Flag(
+        "--route", help="python: today's job (Python workers decode, delta-rs merges); spark: "
+        "Spark's Kafka source, from_avro and delta-spark's MERGE (docs/warehouse.md)")] = Field(
+        "python", validation_alias=env("BOTTLER_WAREHOUSE_ROUTE"))
 
 
-def materialize_warehouse(
-    path: Path | None = option("--path", help="The warehouse directory "
-                               "[env: BOTTLER_WAREHOUSE_PATH]"),
-    broker: str | None = options.Broker,
-    kafka_config: list[str] | None = options.KafkaConfig,
-    schema_registry: str | None = options.SchemaRegistry,
-    registry_config: list[str] | None = options.RegistryConfig,
-    topic_prefix: str | None = options.TopicPrefix,
-    topics: list[str] | None = options.Topics,
-    on_poison: str | None = options.on_poison(),
-    once: bool = options.once("Catch up to the current high watermarks, then exit."),
-    master: str | None = option("--master", help="Spark master [default: local[2]] "
-                                "[env: BOTTLER_SPARK_MASTER]"),
-    driver_host: str | None = option("--driver-host", help="Address the Spark driver listens "
-                                     "on, for its executors [default: 127.0.0.1: this machine "
-                                     "only] [env: BOTTLER_SPARK_DRIVER_HOST]"),
-    max_messages: int | None = option("--max-messages", help="Offsets per partition per "
-                                      "micro-batch, at most [default: 1000000]"),
-    interval: float | None = option("--interval", help="Seconds between micro-batches when "
-                                    "idle [default: 1; 10 with --route spark]"),
-    route: str | None = option("--route", help="python: today's job (Python workers decode, "
-                               "delta-rs merges); spark: Spark's Kafka source, from_avro and "
-                               "delta-spark's MERGE (docs/warehouse.md) [default: python] "
-                               "[env: BOTTLER_WAREHOUSE_ROUTE]"),
-    metrics_port: int | None = options.MetricsPort,
-    metrics_host: str | None = options.MetricsHost,
-    config: Path | None = options.Config,
-) -> None:
+@settings_command
+def materialize_warehouse(s: WarehouseSettings) -> None:
     """Merge the table topics into Delta Lake tables with PySpark."""
-    s = load(WarehouseSettings, locals())
     from materializers.warehouse import jvm
     from materializers.warehouse.job import WarehouseJob, spark_session
 

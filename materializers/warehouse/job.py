@@ -54,7 +54,7 @@ from confluent_kafka import Consumer
 
 from common.errors import BottlerError
 from common.kafka import Connection, reader_config
-from common.registry import Registry
+from common.registry_client import Registry
 from materializers.core import metrics, poison, positions, watermarks
 from materializers.core.changes import Change, TopicPartition
 from materializers.core.decode import DecodeError

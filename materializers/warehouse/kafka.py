@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from common.kafka import Connection, properties
-from common.registry import Registry
+from common.registry_client import Registry
 from materializers.warehouse.source import SCHEMA
 
 CONNECTOR = "org.apache.spark.sql.kafka010.KafkaSourceProvider"

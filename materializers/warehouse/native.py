@@ -40,7 +40,7 @@ from typing import Any
 
 from common.errors import BottlerError
 from common.kafka import Connection, properties
-from common.registry import Registry, registry_client
+from common.registry_client import Registry, registry_client
 from materializers.core.changes import TopicPartition
 from materializers.core.ownership import OwnedTopics
 from materializers.core.poison import DeadLetters

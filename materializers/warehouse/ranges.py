@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from common.kafka import Connection
-from common.registry import Registry
+from common.registry_client import Registry
 from materializers.core import poison
 from materializers.core.changes import Change, table_of
 from materializers.core.decode import Decoder

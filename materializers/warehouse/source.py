@@ -1,8 +1,8 @@
 """Kafka topic-partition offset ranges as a PySpark Python data source (``bottler_kafka``), for
-a Spark without Spark's own Kafka connector on its classpath (the connector's jars are not part
-of pyspark; where they are, kafka.py reads the same rows through it): every Spark partition
-reads one offset range with confluent-kafka and decodes it through the schema registry, in the
-executors.
+Spark sessions without Spark's own Kafka connector on their classpath (where its jars are,
+kafka.py reads the same ranges with it, and the ``--route spark`` of native.py always uses it):
+every Spark partition reads one offset range with confluent-kafka and decodes it through the
+schema registry, in the executors.
 
 Rows, the last event of each key in the range: ``topic, partition, offset, timestamp, op``
 (``upsert``, ``delete``, or ``poison`` for a message that does not decode), ``identity`` (the key
@@ -29,7 +29,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from common.kafka import Connection, reader_config
-from common.registry import Registry
+from common.registry_client import Registry
 from materializers.core.decode import DecodeError, Decoder
 
 NAME = "bottler_kafka"

@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from common.lsn import Lsn
 from compose.postgres import find_bin_dir
 from tests.bench import data
 from tests.bench.procs import CpuMeter
@@ -126,7 +127,7 @@ def decode_catch_up(dsn: str, table: str, rows: int, transactions: int) -> Figur
     _, end = data.fill(dsn, table, 1, rows, transactions)
     conn_args, env = _client(dsn)
     argv = [recvlogical(), *conn_args, "--slot", slot, "--start", "--no-loop",
-            "--endpos", data.lsn_text(end), "-f", "/dev/null", *PROTO,
+            "--endpos", str(Lsn(end)), "-f", "/dev/null", *PROTO,
             "-o", f"publication_names={slot}"]
     start = time.perf_counter()
     subprocess.run(argv, env=env, check=True, capture_output=True)

@@ -58,10 +58,6 @@ def confirmed_lsn(conn: psycopg.Connection, slot: str) -> int | None:
     return None if row is None or row[0] is None else int(row[0])
 
 
-def lsn_text(lsn: int) -> str:
-    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
-
-
 def vacuum(dsn: str, table: str) -> None:
     """Set hint bits and the visibility map, so a COPY reads the table as a snapshot would."""
     with psycopg.connect(dsn, autocommit=True) as conn:

@@ -1,0 +1,3 @@
+"""Connecting and the slot: the source database's connections, checks and catalogs (the
+published tables, their keys and column types), the capture's publications, and the
+replication slot with its exported snapshot."""
