@@ -1,68 +1,43 @@
 """Test session harness: an isolated embedded stack of real services on free ports, started
-once per session and torn down at its end (every process stopped, every file removed)."""
+once per session and torn down at its end (every process stopped, every file removed); the
+fixtures live in tests/support, registered here. Every test that starts a service is marked
+`stack`, so `pytest -m "not stack"` runs the pure tests alone: those whose fixtures reach a
+service fixture are marked here, modules that start services of their own carry the mark, and a
+pure test that starts one anyway fails (_services_refused)."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import uuid
+import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
-from compose.postgres import PostgresCluster
-from compose.procs import free_port
-from compose.stack import SOURCE_DB, Stack, isolated_stack, new_stack_dir
-from tests.capture_support import CaptureThread
-from tests.support import fresh_database
+pytest_plugins = [
+    "tests.support.stack",
+    "tests.support.databases",
+    "tests.support.capture",
+    "tests.support.spark",
+    "tests.support.own_stack",
+    "tests.support.search_api",
+]
+
+# The fixtures that start a service (or hold one the session started): a test that uses one,
+# directly or through another fixture, is marked `stack`.
+SERVICE_FIXTURES = frozenset({"stack", "other_postgres", "spark", "spark_native",
+                              "stack_dir"})  # test_stack_stops: a stack of its own
+
+# What a pure test may not start: the services' programs, and a stack of the command line's.
+SERVICE_PROGRAMS = frozenset({"java", "postgres", "pg_ctl", "initdb", "spark-submit",
+                              "spark-class", "kafka-server-start.sh", "opensearch"})
+
 
 # The PostgreSQL majors the version matrix runs (docs/capture.md): a test module marked
 # `pg_matrix` runs each of its tests once per major, on the session's stack (PostgreSQL of
 # $BOTTLER_TEST_PG_VERSION, default the first found) and on a second server for the other.
 PG_MATRIX = ("15", "18")
-
-
-@dataclass
-class RunningStack:
-    """What tests need of the stack: its endpoints and a way to restart one service. A matrix
-    test's PostgreSQL (``postgres``) may be another server than the stack's own."""
-
-    stack: Stack
-    postgres: PostgresCluster | None = None
-
-    @property
-    def pg(self) -> PostgresCluster:
-        return self.postgres or self.stack.postgres
-
-    @property
-    def pg_dsn(self) -> str:
-        return self.pg.dsn(SOURCE_DB)
-
-    @property
-    def kafka(self) -> str:
-        return self.stack.endpoints.kafka
-
-    @property
-    def registry_url(self) -> str:
-        return self.stack.endpoints.registry
-
-    @property
-    def search_url(self) -> str:
-        return self.stack.endpoints.search
-
-    def restart(self, service: str) -> None:
-        if service == "postgres" and self.postgres is not None:
-            self.postgres.stop()
-            self.postgres.start()
-            return
-        self.stack.restart(service)
-
-
-@pytest.fixture(scope="session")
-def stack() -> Iterator[RunningStack]:
-    with isolated_stack(os.environ.get("BOTTLER_TEST_PG_VERSION")) as running:
-        yield RunningStack(running)
 
 
 def pytest_generate_tests(metafunc):
@@ -80,78 +55,59 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("pg_major", params, indirect=True)
 
 
-@pytest.fixture(scope="session")
-def other_postgres() -> Iterator[dict[str, PostgresCluster]]:
-    """The matrix's other servers, each started when a test first asks for it (in their own
-    temporary directory, on a free port), all stopped and removed at the session's end."""
-    started: dict[str, PostgresCluster] = {}
-    try:
-        yield started
-    finally:
-        for cluster in started.values():
-            try:
-                cluster.stop()
-            finally:
-                shutil.rmtree(cluster.home.parent, ignore_errors=True)
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the marks
+def pytest_collection_modifyitems(items):
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ())) or params.get(
+                "pg_major"):  # a matrix test's major: its server is the stack's or another
+            item.add_marker(pytest.mark.stack)
 
 
-@pytest.fixture(autouse=True)
-def pg_major(request) -> Iterator[str | None]:
-    """The PostgreSQL major of a matrix test (its parameter), which the `stack` fixture's pg_dsn
-    then points at for the test's duration; None for any other test (which may need no stack
-    at all)."""
-    major = getattr(request, "param", None)
-    if major is None:
-        yield None
+def _starts_a_service(argv) -> bool:
+    args = [str(a) for a in ([argv] if isinstance(argv, str | bytes | os.PathLike) else argv)]
+    if not args:
+        return False
+    words = args[0].split() if len(args) == 1 else args  # a shell command line
+    if Path(words[0]).name in SERVICE_PROGRAMS:
+        return True
+    return "bottler" in words and "stack" in words and ("up" in words or "restart" in words)
+
+
+@contextmanager
+def _services_refused(item) -> Iterator[None]:
+    """A test not marked `stack` that starts a service fails at once: `-m "not stack"` then
+    truly runs pure tests only, and a test that needs a service says so. (Not in teardowns:
+    the session's services stop in the last test's, whichever it is.)"""
+    if item.get_closest_marker("stack"):
+        yield
         return
-    stack = request.getfixturevalue("stack")
-    if major == stack.stack.postgres.data_version():
-        yield major
-        return
-    others = request.getfixturevalue("other_postgres")
-    if major not in others:
-        root = new_stack_dir()
-        cluster = PostgresCluster(root, free_port(), stack.stack.password, major)
-        others[major] = cluster  # stopped and removed at the session's end, even half-started
-        cluster.init()
-        cluster.start(databases=(SOURCE_DB,))
-    stack.postgres = others[major]
+    execute_child = subprocess.Popen._execute_child
+
+    def refuse(self, args, executable, *rest, **kwargs):
+        if _starts_a_service(args) or (executable and _starts_a_service([executable])):
+            raise AssertionError(
+                f"a test not marked `stack` starts a service: {args!r}; use a service "
+                "fixture (tests/conftest.py SERVICE_FIXTURES) or mark it `stack`")
+        return execute_child(self, args, executable, *rest, **kwargs)
+
+    subprocess.Popen._execute_child = refuse
     try:
-        yield major
+        yield
     finally:
-        stack.postgres = None
+        subprocess.Popen._execute_child = execute_child
 
 
-# -- capture tests: a fresh source database, a unique prefix, captures stopped at the end --
-
-@pytest.fixture
-def source(stack, pg_major):
-    with fresh_database(stack.pg_dsn) as dsn:
-        yield dsn
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    with _services_refused(item):
+        return (yield)
 
 
-@pytest.fixture
-def prefix():
-    return f"t{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def start(stack, source, prefix):
-    """Start a capture of ``source`` with the test's prefix; stopped at the end of the test."""
-    running = []
-
-    def start_capture(**overrides) -> CaptureThread:
-        settings = dict(postgres=source, broker=stack.kafka, schema_registry=stack.registry_url,
-                        slot=prefix, topic_prefix=prefix, heartbeat_interval=1.0,
-                        snapshot_workers=1)
-        capture = CaptureThread(**(settings | overrides)).start()
-        running.append(capture)
-        return capture
-
-    yield start_capture
-    for capture in running:
-        if capture.thread.is_alive():
-            capture.stop()
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with _services_refused(item):
+        return (yield)
 
 
 @pytest.fixture(autouse=True)

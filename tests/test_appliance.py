@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import httpx
 import psycopg
+import pytest
 
 from compose.stack import isolated_stack
-from tests.support import Decoder, execute, read_topic, rows, wait_for
+from tests.support.databases import execute, rows
+from tests.support.topics import Decoder, read_topic
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.stack  # the appliance on a stack of its own
 
 
 def metric(url: str, name: str) -> float | None:
@@ -38,8 +43,8 @@ def search_status(url: str, order: int) -> str | None:
 
 
 def order_events(stack) -> dict[int, list[str]]:
-    from tests.conftest import RunningStack
-    from tests.test_translate import Events
+    from tests.support.stack import RunningStack
+    from tests.support.translate import Events
 
     return Events(RunningStack(stack), "order-events").by_order()
 

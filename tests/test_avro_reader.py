@@ -19,7 +19,7 @@ from materializers.core.decode import DecodeError, Decoder
 from schemas.avro_reader import AvroReadError, compile_reader
 from schemas.avro_schema import record_schemas, row_encoder, without_logical_types
 from schemas.avro_writer import compile_writer
-from tests.test_avro_writer import CASES, PG_COLUMNS, SCHEMAS, _rename, _rows, dec, record
+from tests.support.avro_cases import CASES, PG_COLUMNS, SCHEMAS, _rename, _rows, dec, record
 
 SETTINGS = settings(
     deadline=None,

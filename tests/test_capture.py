@@ -12,7 +12,9 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from common.errors import BottlerError
 from schemas.avro_schema import without_logical_types
 from schemas.serde import decode, split
-from tests.support import Decoder, execute, read_topic, rows, topic_state, wait_for, wait_streaming
+from tests.support.databases import execute, rows
+from tests.support.topics import Decoder, read_topic, topic_state
+from tests.support.waiting import wait_for, wait_streaming
 
 pytestmark = pytest.mark.pg_matrix  # on PostgreSQL 15 and 18 (tests/conftest.py)
 

@@ -10,7 +10,9 @@ import subprocess
 import sys
 import time
 
-from tests.support import Decoder, WriteLoad, execute, read_topic, rows, wait_for, wait_streaming
+from tests.support.databases import WriteLoad, execute, rows
+from tests.support.topics import Decoder, read_topic
+from tests.support.waiting import wait_for, wait_streaming
 
 SNAPSHOT_KILLS = 2  # while the initial copy runs (it takes a few seconds)
 STREAM_KILLS = 5  # while the stream runs

@@ -24,7 +24,9 @@ from capture.setup.topics import ensure_topics
 from common.errors import BottlerError
 from common.lsn import Lsn
 from compose.procs import free_port
-from tests.support import execute, read_topic, rows, topic_state, wait_for, wait_streaming
+from tests.support.databases import execute, rows
+from tests.support.topics import read_topic, topic_state
+from tests.support.waiting import wait_for, wait_streaming
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,8 +7,6 @@ a user meets them. Each test has its own database, role, slot and topic prefix."
 
 from __future__ import annotations
 
-import os
-import re
 import secrets
 import shutil
 import signal
@@ -17,7 +15,6 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 import psycopg
 import psycopg2
@@ -30,11 +27,11 @@ from common.pg import emit_message_function
 from compose.postgres import PostgresCluster
 from compose.procs import free_port
 from compose.stack import new_stack_dir
-from tests.capture_support import CaptureThread
-from tests.support import Decoder, fresh_database, read_topic, wait_for
-
-ROOT = Path(__file__).resolve().parents[1]
-LIBRDKAFKA = re.compile(r"%\d\|\d+\.\d+\|")  # librdkafka's log lines on stderr
+from tests.support.capture import CaptureThread
+from tests.support.cli import ROOT, assert_clear_error, bottler, clean_env, services
+from tests.support.databases import execute
+from tests.support.topics import Decoder, read_topic
+from tests.support.waiting import wait_for
 
 SCHEMA = """
 create table items (id int primary key, name text not null);
@@ -46,56 +43,10 @@ insert into secret values (1, '4111 1111 1111 1111');
 
 # -- helpers ---------------------------------------------------------------------------------
 
-def clean_env(**extra: str) -> dict[str, str]:
-    """The environment for a child `bottler`: nothing of the caller's BOTTLER_* settings, nor
-    the developer's `make up` stack in the checkout (`.stack`, which `status` would read)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BOTTLER_")}
-    env["BOTTLER_STACK_DIR"] = "/nonexistent/bottler-tests-have-no-stack-here"
-    for bare in ("POSTGRES", "BROKER", "SCHEMA_REGISTRY"):
-        env.pop(bare, None)
-        env.pop(bare.lower(), None)
-    return env | extra
-
-
-def bottler(*args: str, env: dict[str, str] | None = None, timeout: float = 60):
-    return subprocess.run(
-        [sys.executable, "-m", "bottler", *args], capture_output=True, text=True,
-        timeout=timeout, cwd=ROOT, env=clean_env(**(env or {})),
-    )
-
-
-def assert_clear_error(proc, *fragments: str, secrets: tuple[str, ...] = ()) -> str:
-    """Exit code 2, no traceback, the error as one line plus one hint line (the last output, but
-    for librdkafka's own lines), each fragment in them, and no secret anywhere in the output
-    (logs included)."""
-    output = proc.stdout + proc.stderr
-    for secret in secrets:
-        assert secret not in output, f"a password leaked into the output:\n{output}"
-    assert "Traceback" not in output, output
-    assert proc.returncode == 2, f"exit code {proc.returncode}:\n{output}"
-    # librdkafka writes its own lines (`%3|...|FAIL|...`) from its threads, even after ours.
-    lines = [line for line in proc.stderr.rstrip("\n").splitlines() if not LIBRDKAFKA.match(line)]
-    starts = [i for i, line in enumerate(lines) if line.startswith("error: ")]
-    assert len(starts) == 1, f"expected one error line:\n{proc.stderr}"
-    i = starts[0]
-    assert len(lines) == i + 2, f"expected the error line then one hint line:\n{proc.stderr}"
-    message, hint = lines[i].removeprefix("error: "), lines[i + 1]
-    assert hint.startswith("  → ") and len(hint.strip()) > 10, f"no actionable hint:\n{hint}"
-    text = f"{message}\n{hint}"
-    for fragment in fragments:
-        assert fragment in text, f"{fragment!r} not in:\n{text}"
-    return text
-
 
 def dsn_of(admin_dsn: str, user: str, password: str) -> str:
     info = conninfo_to_dict(admin_dsn)
     return f"postgresql://{user}:{password}@{info['host']}:{info['port']}/{info['dbname']}"
-
-
-def execute(dsn: str, *statements: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
 
 
 def scalar(dsn: str, query: str, *params):
@@ -119,17 +70,12 @@ class Role:
 
 # -- fixtures --------------------------------------------------------------------------------
 
-@pytest.fixture
-def source(stack):
-    """A fresh database with two tables, as the superuser (whose DSN carries a password)."""
-    with fresh_database(stack.pg_dsn) as dsn:
-        execute(dsn, SCHEMA)
-        yield dsn
 
-
-@pytest.fixture
-def prefix() -> str:
-    return f"e{uuid.uuid4().hex[:8]}"
+@pytest.fixture(autouse=True)
+def items_and_secret(source) -> None:
+    """The test's source database (as the superuser, whose DSN carries a password) holds two
+    tables: `items` and `secret`."""
+    execute(source, SCHEMA)
 
 
 @pytest.fixture
@@ -172,10 +118,6 @@ def publication(source, prefix) -> str:
     name = f"pub_{prefix}"
     execute(source, f"create publication {name} for table items")
     return name
-
-
-def services(stack) -> list[str]:
-    return ["-b", stack.kafka, "-r", stack.registry_url]
 
 
 # -- 1. least privilege works end to end -----------------------------------------------------

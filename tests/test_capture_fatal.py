@@ -16,8 +16,10 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
-from tests.capture_support import capture_process
-from tests.support import Decoder, execute, read_topic, topic_state, wait_for, wait_streaming
+from tests.support.capture import capture_process
+from tests.support.databases import execute
+from tests.support.topics import Decoder, read_topic, topic_state
+from tests.support.waiting import wait_for, wait_streaming
 
 
 def limit(stack, topic: str, size: int) -> None:

@@ -13,7 +13,9 @@ from confluent_kafka.admin import AdminClient
 from capture.setup.state import CaptureState
 from common.errors import BottlerError
 from compose.procs import free_port
-from tests.support import execute, read_topic, rows, topic_state, wait_for, wait_streaming
+from tests.support.databases import execute, rows
+from tests.support.topics import read_topic, topic_state
+from tests.support.waiting import wait_for, wait_streaming
 
 TABLES = """
 create table keyed (id int primary key, v int);

@@ -13,23 +13,15 @@ import sys
 import uuid
 
 import psycopg
-import pytest
 
 from capture.setup.state import CaptureState
 from capture.snapshot.incremental import Request, Window, _widen
 from materializers.core import Materializer
 from materializers.postgres import PostgresSink
-from tests.support import (
-    Decoder,
-    WriteLoad,
-    execute,
-    fresh_database,
-    read_topic,
-    rows,
-    topic_state,
-    wait_for,
-    wait_streaming,
-)
+from tests.support.cli import bottler
+from tests.support.databases import WriteLoad, execute, rows
+from tests.support.topics import Decoder, read_topic, topic_state
+from tests.support.waiting import wait_for, wait_streaming
 
 ROWS = 200_000
 CHUNK_ROWS = 2_000  # 100 chunks
@@ -94,17 +86,6 @@ def start_capture(stack, source, prefix, log):
          "--heartbeat-interval", "1", "--incremental-chunk-rows", str(CHUNK_ROWS)],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
-
-
-def bottler(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bottler", *args], capture_output=True,
-                          text=True, timeout=60)
-
-
-@pytest.fixture
-def target(stack):
-    with fresh_database(stack.pg_dsn) as dsn:
-        yield dsn
 
 
 def test_incremental_snapshot_under_writes_survives_kill_9(stack, source, target, prefix,

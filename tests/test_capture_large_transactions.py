@@ -13,8 +13,10 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from tests.capture_support import capture_process
-from tests.support import Decoder, execute, read_topic, rows, wait_for, wait_streaming
+from tests.support.capture import capture_process
+from tests.support.databases import execute, rows
+from tests.support.topics import Decoder, read_topic
+from tests.support.waiting import wait_for, wait_streaming
 
 pytestmark = pytest.mark.pg_matrix  # on PostgreSQL 15 and 18 (tests/conftest.py)
 

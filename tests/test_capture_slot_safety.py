@@ -15,17 +15,12 @@ import pytest
 from prometheus_client import REGISTRY
 
 from capture.health.slot_safety import MIB, SlotWatch, lost_while_streaming
-from tests.support import execute, fresh_database, rows, wait_for, wait_streaming
-from tests.test_capture_errors import assert_clear_error, bottler, services
-from tests.test_materializer_postgres import converge, replica
+from tests.support.cli import assert_clear_error, bottler, services
+from tests.support.databases import execute, rows
+from tests.support.replica import converge, replica
+from tests.support.waiting import wait_for, wait_streaming
 
 QUERIES = ("select * from items order by id", "select * from tags order by id")
-
-
-@pytest.fixture
-def target(stack):
-    with fresh_database(stack.pg_dsn) as dsn:
-        yield dsn
 
 
 @contextmanager

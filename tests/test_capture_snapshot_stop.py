@@ -7,30 +7,17 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
-import uuid
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from capture.snapshot.exported import PIECES, Chunk
-from tests.support import execute, read_topic, rows, wait_for, wait_streaming
+from tests.support.capture import CHUNK_PAGES, WORKERS, start_capture
+from tests.support.databases import execute, rows
+from tests.support.topics import copied, read_topic
+from tests.support.waiting import wait_for, wait_streaming
 
 ROWS = 300_000
-CHUNK_PAGES = 40
-WORKERS = 2
-
-
-def start_capture(stack, source, prefix, log):
-    return subprocess.Popen(
-        [sys.executable, "-m", "bottler", "capture", "-d", source, "-s", prefix,
-         "-b", stack.kafka, "-r", stack.registry_url, "-p", prefix,
-         "--snapshot-workers", str(WORKERS), "--snapshot-chunk-pages", str(CHUNK_PAGES),
-         "--heartbeat-interval", "1"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
 
 
 def group_alive(pgid: int) -> bool:
@@ -49,17 +36,6 @@ def _pgid(pid: str) -> int | None:
         return None if fields[0] == "Z" else int(fields[2])
     except (OSError, IndexError):
         return None
-
-
-def copied(stack, topic: str) -> int:
-    """Messages in ``topic`` (one partition), from its end offset."""
-    consumer = Consumer({"bootstrap.servers": stack.kafka, "group.id": f"c-{uuid.uuid4().hex}"})
-    try:
-        if topic not in consumer.list_topics(timeout=10).topics:
-            return 0
-        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
-    finally:
-        consumer.close()
 
 
 @pytest.mark.parametrize("how", ["sigterm", "kill-9"])

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from tests.support import execute, read_topic, wait_for, wait_streaming
+from tests.support.databases import execute
+from tests.support.topics import read_topic
+from tests.support.waiting import wait_for, wait_streaming
 
 BIG = "8000000"
 

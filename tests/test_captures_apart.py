@@ -24,15 +24,10 @@ from materializers.postgres import PostgresSink
 from materializers.search.client import SearchClient
 from materializers.search.reader import LiveReader, ReaderOptions
 from schemas import ownership
-from tests.support import (
-    execute,
-    fresh_database,
-    in_thread,
-    read_topic,
-    wait_for,
-    wait_streaming,
-)
-from tests.test_materializer_postgres import same
+from tests.support.databases import execute, fresh_database
+from tests.support.replica import same
+from tests.support.topics import read_topic
+from tests.support.waiting import in_thread, wait_for, wait_streaming
 
 SC_TEXT = """
 create table sc (id int primary key, v text);
@@ -46,16 +41,6 @@ insert into sc select g, g * 100 from generate_series(1, 25) g;
 create table orders (id int primary key, total int);
 insert into orders select g, g from generate_series(1, 10) g;
 """
-
-
-@pytest.fixture(scope="module")
-def spark():
-    from materializers.warehouse import jvm
-    from materializers.warehouse.job import spark_session
-
-    session = spark_session("local[2]")
-    yield session
-    jvm.stop(session)
 
 
 class Capture:

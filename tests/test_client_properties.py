@@ -24,8 +24,9 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient, Schema
 
 from compose.demo import seed
 from compose.procs import free_port
-from tests.support import execute, fresh_database, rows, wait_for, wait_snapshot_done
-from tests.test_capture_errors import ROOT, assert_clear_error, bottler, clean_env
+from tests.support.cli import ROOT, assert_clear_error, bottler, clean_env
+from tests.support.databases import execute, fresh_database, rows
+from tests.support.waiting import wait_for, wait_snapshot_done
 
 pytestmark = pytest.mark.stack
 

@@ -11,122 +11,34 @@ from __future__ import annotations
 
 import importlib
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
 
 import psycopg
 import pytest
 
-from materializers.core import Change, MemorySink, TableId
+from materializers.core import MemorySink, TableId
 from materializers.postgres import PostgresSink
 from materializers.postgres.ddl import qualified, quote
-from tests.support import fresh_database
-
-TOPIC, UNKEYED_TOPIC = "p.items", "p.log"
-ITEMS, LOG = TableId("public", "items"), TableId("public", "log")
-
-
-def _field(name: str, avro: Any, pg_type: str, notnull: bool = False) -> dict:
-    f = {"name": name, "type": ["null", avro], "default": None, "pg.name": name,
-         "pg.type": pg_type}
-    if notnull:
-        f["pg.notnull"] = True
-    return f
-
-
-ID = _field("id", "int", "integer", True)
-NAME = _field("name", "string", "text")
-PRICE = _field("price", {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2},
-               "numeric(10,2)")
-NOTE = _field("note", "string", "character varying(20)")
-
-
-def value_schema(table: TableId, fields: list[dict]) -> dict:
-    return {"type": "record", "name": table.table, "namespace": table.schema,
-            "pg.schema": table.schema, "pg.table": table.table, "fields": fields}
-
-
-KEY_SCHEMA = {"type": "record", "name": "items", "namespace": "public.key", "pg.schema": "public",
-              "pg.table": "items", "fields": [{**ID, "type": "int"}]}
-V1 = value_schema(ITEMS, [ID, NAME, PRICE])
-V2 = value_schema(ITEMS, [ID, NAME, PRICE, NOTE])  # note added
-V3 = value_schema(ITEMS, [ID, NAME, NOTE])  # price dropped
-# ALTER TABLE items ADD COLUMN region text DEFAULT 'eu', ADD COLUMN level int DEFAULT 7
-REGION = {**_field("region", "string", "text"), "pg.missing": "eu"}
-LEVEL = {**_field("level", "int", "integer"), "pg.missing": "7"}
-V4 = value_schema(ITEMS, [ID, NAME, PRICE, REGION, LEVEL])
-# ALTER TABLE items RENAME COLUMN name TO title: the version right after marks it
-TITLE = {**_field("title", "string", "text"), "pg.renamed": "name", "aliases": ["name"]}
-V5 = value_schema(ITEMS, [ID, TITLE, PRICE])
-LOG_SCHEMA = value_schema(LOG, [_field("at", "int", "integer"), NAME])
-SCHEMA_IDS = {id(V1): 101, id(V2): 102, id(V3): 103, id(V4): 104, id(V5): 105,
-              id(LOG_SCHEMA): 201}
-
-
-class Stream:
-    """A table topic's messages, in order, as the loop turns them into changes."""
-
-    def __init__(self):
-        self.changes: list[Change] = []
-        self.offsets: dict[str, int] = {}
-
-    def _next(self, topic: str) -> int:
-        offset = self.offsets.get(topic, 0)
-        self.offsets[topic] = offset + 1
-        return offset
-
-    def upsert(self, id_: int, schema: dict = V1, **values) -> None:
-        row = {f["name"]: values.get(f["name"]) for f in schema["fields"]} | {"id": id_}
-        self.changes.append(Change(
-            topic=TOPIC, table=ITEMS, op="upsert", key={"id": id_}, value=row, partition=0,
-            offset=self._next(TOPIC), key_schema_id=100, value_schema_id=SCHEMA_IDS[id(schema)],
-            key_schema=KEY_SCHEMA, value_schema=schema))
-
-    def delete(self, id_: int) -> None:
-        self.changes.append(Change(
-            topic=TOPIC, table=ITEMS, op="delete", key={"id": id_}, value=None, partition=0,
-            offset=self._next(TOPIC), key_schema_id=100, key_schema=KEY_SCHEMA))
-
-    def log(self, at: int, name: str) -> None:
-        self.changes.append(Change(
-            topic=UNKEYED_TOPIC, table=LOG, op="upsert", key=None,
-            value={"at": at, "name": name}, partition=0, offset=self._next(UNKEYED_TOPIC),
-            value_schema_id=201, value_schema=LOG_SCHEMA))
-
-    def truncate(self, table: TableId = ITEMS, topic: str = TOPIC) -> None:
-        self.changes.append(Change(
-            topic=topic, table=table, op="truncate", key=None, value=None, partition=0,
-            offset=self._next("p._bottler.truncate"), barrier={0: self.offsets.get(topic, 0)}))
-
-
-def offsets_of(changes: Sequence[Change]) -> dict[tuple[str, int], int]:
-    out: dict[tuple[str, int], int] = {}
-    for c in changes:
-        topic = "p._bottler.truncate" if c.op == "truncate" else c.topic
-        out[(topic, c.partition)] = c.offset + 1
-    return out
-
-
-def feed(sink, changes: Sequence[Change], batch: int = 10_000) -> None:
-    """Write and flush ``changes`` in batches of ``batch``, as the loop does."""
-    for i in range(0, len(changes), batch):
-        part = changes[i:i + batch]
-        sink.write(part, offsets_of(part))
-        sink.flush()
-
+from tests.support.conformance import (
+    ITEMS,
+    LOG,
+    TOPIC,
+    UNKEYED_TOPIC,
+    V1,
+    V2,
+    V3,
+    V4,
+    V5,
+    Adapter,
+    Stream,
+    feed,
+    offsets_of,
+)
+from tests.support.databases import fresh_database
 
 # -- sinks and their adapters ------------------------------------------------------------------
-
-
-@dataclass
-class Adapter:
-    make: Callable[[], Any]  # a sink on a fresh target
-    reopen: Callable[[Any], Any]  # a new sink on the same target (a restart)
-    keyed: Callable[[Any, TableId, Sequence[str]], dict]  # {key tuple: row tuple}
-    unkeyed: Callable[[Any, TableId, Sequence[str]], list]  # sorted row tuples
 
 
 def _memory_keyed(sink: MemorySink, table: TableId, columns: Sequence[str]) -> dict:
@@ -157,10 +69,13 @@ def _pg_unkeyed(sink: PostgresSink, table: TableId, columns: Sequence[str]) -> l
 # Materializers whose adapter lives in a module of its own: ``adapter(request, cleanup)``
 # returns the Adapter (``request`` gives fixtures such as ``stack``; ``cleanup`` is an ExitStack
 # closed after the test).
-ADAPTER_MODULES = {"search": "tests.conformance_search", "warehouse": "tests.conformance_warehouse"}
+ADAPTER_MODULES = {"search": "tests.support.conformance_search",
+                   "warehouse": "tests.support.conformance_warehouse"}
 
 
-@pytest.fixture(params=["memory", "postgres", *ADAPTER_MODULES])
+# the postgres and search sinks write to the stack's services (asked for by name, below)
+@pytest.fixture(params=["memory", pytest.param("postgres", marks=pytest.mark.stack),
+                        pytest.param("search", marks=pytest.mark.stack), "warehouse"])
 def adapter(request) -> Iterator[Adapter]:
     with ExitStack() as cleanup:
         if request.param == "memory":
@@ -382,7 +297,7 @@ def test_unkeyed_tables_append_every_upsert(adapter):
 
 
 def test_the_consumer_loop_rebuilds_what_ran_all_along(adapter, stack):
-    from tests.test_materializer_core import Topic
+    from tests.support.loops import Topic
 
     topic = Topic(stack)
     for i in range(20):
@@ -402,21 +317,11 @@ def test_the_consumer_loop_rebuilds_what_ran_all_along(adapter, stack):
         == {(8,): (8, "after the truncate")}
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from materializers.warehouse import jvm
-    from materializers.warehouse.job import spark_session
-
-    session = spark_session("local[2]")
-    yield session
-    jvm.stop(session)
-
-
 def test_the_warehouse_job_as_it_ships_rebuilds_what_ran_all_along(stack, spark, tmp_path):
     """The warehouse as it ships: WarehouseJob with its DeltaSink (executors stage the rows,
     delta-rs merges them), not the sink under the consumer loop."""
     from materializers.warehouse.job import WarehouseJob
-    from tests.test_materializer_core import Topic
+    from tests.support.loops import Topic
 
     def load(root):
         job = WarehouseJob(spark, str(root), bootstrap=stack.kafka,
@@ -455,6 +360,6 @@ def test_the_warehouse_job_as_it_ships_rebuilds_what_ran_all_along(stack, spark,
 
 def _delta_rows(root, table) -> list[tuple]:
     from materializers.warehouse.sink import DeltaSink
-    from tests.conformance_warehouse import rows
+    from tests.support.conformance_warehouse import rows
 
     return rows(DeltaSink(root), table, ("id", "v"))

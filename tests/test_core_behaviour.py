@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 
 from materializers.core import MemorySink, PoisonMessage, RejectedChange
-from tests.core_loops import LOOPS, Topic
-from tests.support import read_committed, wait_for
+from tests.support.loops import LOOPS, Topic
+from tests.support.topics import read_committed
+from tests.support.waiting import wait_for
 
 NO_TRUNCATES = ("a translator sees row changes only: it does not read the truncate topic, so it "
                 "has no barriers to follow")
@@ -29,15 +30,6 @@ def every_loop(not_for: dict[str, str] | None = None):
 @pytest.fixture
 def loop(request, stack):
     return LOOPS[request.param](stack, request)
-
-
-@pytest.fixture(scope="module")
-def spark():
-    from materializers.warehouse.job import spark_session
-
-    session = spark_session("local[2]")
-    yield session
-    session.stop()
 
 
 @every_loop(not_for={"translator runner": NO_TRUNCATES})

@@ -23,7 +23,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from bottler.migrate.status import status
 from compose.demo import seed
 from compose.load import ERRORS, run_load
-from tests.support import execute, fresh_database, rows, wait_for, wait_streaming
+from tests.support.databases import execute, fresh_database, rows
+from tests.support.waiting import wait_for, wait_streaming
 
 pytestmark = [pytest.mark.stack, pytest.mark.pg_matrix]  # 15 and 18
 

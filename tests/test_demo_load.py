@@ -6,7 +6,7 @@ import threading
 
 from compose.demo import seed
 from compose.load import run_load
-from tests.support import rows
+from tests.support.databases import rows
 
 
 def test_load_runs_paced_business_actions_on_the_shop(stack, source):

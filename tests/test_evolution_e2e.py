@@ -5,20 +5,20 @@ their own value (NULL included) on the others, as the source does."""
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import psycopg
-import pytest
 
-from materializers.core import Materializer, TableId
+from materializers.core import TableId
 from materializers.postgres import PostgresSink
 from materializers.search.client import SearchClient
 from materializers.search.sink import SearchSink
 from materializers.warehouse.delta import open_table
-from materializers.warehouse.job import WarehouseJob, spark_session
-from tests.conformance_search import documents
-from tests.support import execute, fresh_database, wait_streaming
+from materializers.warehouse.job import WarehouseJob
+from tests.support.conformance_search import documents
+from tests.support.databases import execute, fresh_database
+from tests.support.views import converge, loop
+from tests.support.waiting import wait_streaming
 
 ACCOUNTS = TableId("public", "accounts")
 WRITES = [
@@ -33,34 +33,6 @@ WRITES = [
 def source_rows(dsn: str) -> list[tuple]:
     with psycopg.connect(dsn) as conn:
         return conn.execute("select id, name, region from accounts order by id").fetchall()
-
-
-def converge(read, expected: list[tuple], run, timeout: float = 120) -> None:
-    """Runs a view until caught up, again (a restart each time) until it equals the source:
-    the capture may still be publishing the last changes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        run()
-        got = sorted(read())
-        if got == expected:
-            return
-        if time.monotonic() > deadline:
-            wrong = [(a, b) for a, b in zip(got, expected, strict=False) if a != b][:5]
-            raise AssertionError(f"{len(got)} rows, {len(expected)} expected; first "
-                                 f"differences (view, source): {wrong}")
-        time.sleep(1)
-
-
-def loop(stack, prefix, sink, group: str) -> None:
-    Materializer(sink, bootstrap=stack.kafka, registry=stack.registry_url, group_id=group,
-                 prefix=prefix, batch_timeout=0.2, progress=False).run_until_caught_up(60)
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = spark_session("local[2]")
-    yield session
-    session.stop()
 
 
 def test_every_view_shows_an_added_columns_default_on_older_rows(stack, source, prefix, start,

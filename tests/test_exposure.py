@@ -17,9 +17,9 @@ from psycopg.conninfo import conninfo_to_dict
 
 from compose.procs import MARK, free_port
 from compose.stack import isolated_stack
-from tests.listeners import environment_holds, listeners, tree
-from tests.support import fresh_database, wait_for
-from tests.test_capture_errors import ROOT, bottler, clean_env
+from tests.support.cli import ROOT, bottler, clean_env
+from tests.support.listeners import environment_holds, listeners, tree
+from tests.support.waiting import wait_for
 
 
 def outside_address() -> str | None:
@@ -42,12 +42,6 @@ def answers(host: str, port: int) -> bool:
 
 def warnings(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("warning: ")]
-
-
-@pytest.fixture
-def target(stack):
-    with fresh_database(stack.pg_dsn) as dsn:
-        yield dsn
 
 
 @pytest.mark.parametrize("host", [None, "0.0.0.0"], ids=["default", "every-interface"])
@@ -111,6 +105,7 @@ def warehouse_started(stack) -> bool:
     return any((stack.root / "warehouse").glob("**/_delta_log/*.json"))
 
 
+@pytest.mark.stack  # a stack of its own
 @pytest.mark.timeout(600)
 def test_every_listener_of_the_running_stack_is_on_loopback():
     """The stack with every app (Spark's driver JVM and its Python workers included): each

@@ -21,7 +21,9 @@ import pytest
 
 from common.extras import DISTRIBUTION, EXTRAS
 from schemas.topics import table_topic
-from tests.support import fresh_database, rows, topic_state, wait_for
+from tests.support.databases import fresh_database, rows
+from tests.support.topics import topic_state
+from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -219,7 +221,6 @@ def test_the_core_install_alone_runs_the_capture_and_the_replica(core_venv, stac
             output, _ = capture.communicate()
     assert capture.returncode == 0, output
     assert "Traceback" not in output
-
 
 
 def topic_rows(stack, topic: str) -> dict[int, str]:

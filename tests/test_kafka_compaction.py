@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import time
 
-from tests.support import execute, fresh_database, read_topic, wait_for, wait_streaming
-from tests.test_materializer_postgres import converge, fetch, replica
+from tests.support.databases import execute, fresh_database
+from tests.support.replica import converge, fetch, replica
+from tests.support.topics import read_topic
+from tests.support.waiting import wait_for, wait_streaming
 
 ROWS = 200
 UPDATES = 5

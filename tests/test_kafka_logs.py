@@ -11,9 +11,11 @@ import time
 from types import SimpleNamespace
 
 from common.logs import RateLimited
-from tests.capture_support import capture_process
-from tests.kafka_node import own_kafka
-from tests.support import execute, topic_state, wait_streaming
+from tests.support.capture import capture_process
+from tests.support.databases import execute
+from tests.support.kafka_node import own_kafka
+from tests.support.topics import topic_state
+from tests.support.waiting import wait_streaming
 
 RAW = re.compile(rb"%\d\|\d+\.\d+\|")  # librdkafka's own stderr format
 

@@ -24,8 +24,10 @@ from materializers.core import (
     table_of,
 )
 from schemas.avro_schema import record_schemas
-from tests.core_loops import Topic, committed, ids
-from tests.support import execute, read_topic, rows, topic_state, wait_for, wait_streaming
+from tests.support.databases import execute, rows
+from tests.support.loops import Topic, committed, ids
+from tests.support.topics import read_topic, topic_state
+from tests.support.waiting import wait_for, wait_streaming
 
 # -- pure parts ------------------------------------------------------------------------
 

@@ -5,84 +5,22 @@ loop, and a PostgresSink into a fresh target database; source and target compare
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
-from contextlib import contextmanager
 from decimal import Decimal
 
 import psycopg
 import pytest
 
-from materializers.core import Change, Materializer, TableId
+from materializers.core import Change, TableId
 from materializers.postgres import PostgresSink
 from materializers.postgres.ddl import create_statements, desired_shape
 from materializers.postgres.values import copy_escape, interval_text, text_converter
-from schemas.pgtypes import session_statements
-from tests.support import execute, fresh_database, wait_for, wait_streaming
+from tests.support.databases import execute, fresh_database
+from tests.support.replica import converge, fetch, materializer, replica, same
+from tests.support.waiting import wait_for, wait_streaming
 
 pytestmark = pytest.mark.pg_matrix  # on PostgreSQL 15 and 18 (tests/conftest.py)
-
-
-
-@pytest.fixture
-def target(stack):
-    with fresh_database(stack.pg_dsn) as dsn:
-        yield dsn
-
-
-def fetch(dsn: str, query: str) -> list[tuple]:
-    with psycopg.connect(dsn) as conn:
-        for statement in session_statements():
-            conn.execute(statement)
-        return conn.execute(query).fetchall()
-
-
-def same(source: str, target: str, query: str) -> bool:
-    return repr(fetch(source, query)) == repr(fetch(target, query))  # NaN != NaN, reprs equal
-
-
-def materializer(stack, sink, prefix, **options) -> Materializer:
-    return Materializer(sink, bootstrap=stack.kafka, registry=stack.registry_url,
-                        group_id=sink.group_id, prefix=prefix, batch_timeout=0.2,
-                        progress=False, **options)
-
-
-@contextmanager
-def replica(stack, target, prefix, group=None, **options):
-    """A PostgresSink fed by a Materializer running in a thread."""
-    sink = PostgresSink(target, group or f"g-{uuid.uuid4().hex[:8]}")
-    m = materializer(stack, sink, prefix, **options)
-    stop = threading.Event()
-    failure: list[BaseException] = []
-
-    def run():
-        try:
-            m.run(stop)
-        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
-            failure.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield sink, m, failure
-    finally:
-        stop.set()
-        thread.join(60)
-        sink.close()
-    assert not thread.is_alive()
-
-
-def converge(source, target, queries, failure=(), timeout=60):
-    def equal():
-        if failure:
-            raise failure[0]
-        try:
-            return all(same(source, target, q) for q in queries)
-        except psycopg.errors.UndefinedTable:
-            return False
-
-    wait_for(equal, timeout, "the target to equal the source")
 
 
 # -- pure parts ----------------------------------------------------------------------------
@@ -380,7 +318,16 @@ def test_a_type_change_whose_values_do_not_convert_waits_for_the_republication(s
     """``ALTER COLUMN name TYPE integer USING length(name)`` at the source: the replica's own cast
     of 'item 1' fails, so it empties the column (not the batch), and the capture's
     re-publication of the table (capture/stream/schema_changes.py) brings the source's values."""
-    from tests.test_conformance import ID, ITEMS, SCHEMA_IDS, V1, Stream, _field, feed, value_schema
+    from tests.support.conformance import (
+        ID,
+        ITEMS,
+        SCHEMA_IDS,
+        V1,
+        Stream,
+        _field,
+        feed,
+        value_schema,
+    )
 
     retyped = value_schema(ITEMS, [ID, _field("name", "int", "integer")])
     SCHEMA_IDS[id(retyped)] = 106
@@ -406,7 +353,7 @@ def test_a_type_change_whose_values_do_not_convert_waits_for_the_republication(s
 def test_a_renamed_key_column_is_renamed_in_place(stack, target):
     """RENAME COLUMN of the primary key: the replica renames it (its primary key follows), and
     the rows keep their values."""
-    from tests.test_conformance import ID, ITEMS, KEY_SCHEMA, NAME, _field, feed, value_schema
+    from tests.support.conformance import ID, ITEMS, KEY_SCHEMA, NAME, _field, feed, value_schema
 
     ident = {**_field("ident", "int", "integer", True), "pg.renamed": "id", "aliases": ["id"]}
     renamed = value_schema(ITEMS, [ident, NAME])

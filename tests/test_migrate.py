@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bottler.migrate.status import status
 from bottler.migrate.verify import DIFFERENT, EXTRA, MISSING, verify
 from schemas.topics import table_topic
-from tests.support import execute, fresh_database, rows
+from tests.support.databases import execute, fresh_database, rows
 
 pytestmark = [pytest.mark.stack, pytest.mark.pg_matrix]  # 15 and 18
 

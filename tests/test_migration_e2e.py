@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from tests.support import WriteLoad, execute, fresh_database, wait_for, wait_streaming
+from tests.support.databases import WriteLoad, execute, fresh_database
+from tests.support.waiting import wait_for, wait_streaming
 
 pytestmark = pytest.mark.pg_matrix  # on PostgreSQL 15 and 18 (tests/conftest.py)
 

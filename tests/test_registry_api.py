@@ -17,7 +17,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from schemas.registry_server.compatibility import LEVELS
-from tests.kafka_node import own_kafka
+from tests.support.kafka_node import own_kafka
 
 pytestmark = pytest.mark.stack
 

@@ -12,8 +12,9 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tests.support import execute, fresh_database, rows, wait_for, wait_streaming
-from tests.test_capture_errors import assert_clear_error, bottler
+from tests.support.cli import assert_clear_error, bottler
+from tests.support.databases import execute, rows
+from tests.support.waiting import wait_for, wait_streaming
 
 SOURCE = """
 create table t1 (id int primary key, name text, qty int);
@@ -22,12 +23,6 @@ create table t2 (id int primary key, amount int);
 insert into t2 values (1, 5);
 """
 T1 = "select * from t1 order by id"
-
-
-@pytest.fixture
-def target(stack):
-    with fresh_database(stack.pg_dsn) as dsn:
-        yield dsn
 
 
 def replicate(stack, target: str, prefix: str, *flags: str):
@@ -180,7 +175,7 @@ def test_an_adopted_table_keeps_its_rows_through_events_from_before_its_adoption
 
 
 @pytest.fixture
-def role(stack, target):
+def bare_role(stack, target):
     """A login role with a password and no privilege in the target; dropped at the end."""
     name = f"rep_{uuid.uuid4().hex[:8]}"
     execute(stack.pg_dsn, f"create role {name} login password 'Pw{name}'")
@@ -190,9 +185,10 @@ def role(stack, target):
 
 
 def test_a_replica_role_without_privileges_gets_one_line_and_leaves_nothing(
-        stack, captured, target, prefix, role):
+        stack, captured, target, prefix, bare_role):
     """Issue 25: a role without CREATE on the target database, then without CREATE on schema
     public: one line naming the privilege and the GRANT; no schema bottler left behind."""
+    role = bare_role
     dsn = make_conninfo(target, user=role, password=f"Pw{role}")
     dbname = conninfo_to_dict(target)["dbname"]
     no_bottler = "select count(*) from pg_namespace where nspname = 'bottler'"

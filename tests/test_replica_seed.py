@@ -18,7 +18,8 @@ import psycopg
 import pytest
 
 from bottler.migrate.verify import verify
-from tests.support import execute, fresh_database, rows, wait_for
+from tests.support.databases import execute, fresh_database, rows
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.stack
 

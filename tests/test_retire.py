@@ -11,7 +11,6 @@ import time
 import uuid
 
 import psycopg
-import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from typer.testing import CliRunner
@@ -19,14 +18,9 @@ from typer.testing import CliRunner
 from bottler.cli import app
 from materializers.search import indices
 from materializers.search.client import SearchClient
-from tests.support import execute, fresh_database, rows, wait_for, wait_streaming
-from tests.test_materializer_postgres import replica
-
-
-@pytest.fixture
-def target(stack):
-    with fresh_database(stack.pg_dsn) as dsn:
-        yield dsn
+from tests.support.databases import execute, rows
+from tests.support.replica import replica
+from tests.support.waiting import wait_for, wait_streaming
 
 
 def topics(stack) -> set[str]:
@@ -169,7 +163,7 @@ def test_the_empty_prefix_takes_only_its_own_topics(stack, source, prefix, start
 
 def test_a_translator_stops_reading_a_deleted_input_with_one_line(stack, source, prefix, start,
                                                                   caplog):
-    from tests.test_translate import ORDERS, running
+    from tests.support.translate import ORDERS, running
 
     execute(source, ORDERS, "insert into orders (id, customer_id, total) values (1, 10, 2.5)")
     capture = start()

@@ -10,26 +10,19 @@ import logging
 import uuid
 
 import psycopg
-import pytest
 
 from materializers.core import TableId
 from materializers.postgres import PostgresSink
 from materializers.search.client import SearchClient
 from materializers.search.sink import SearchSink
 from materializers.warehouse.delta import open_table
-from materializers.warehouse.job import WarehouseJob, spark_session
-from tests.conformance_search import documents
-from tests.support import execute, fresh_database, rows, wait_streaming
-from tests.test_evolution_e2e import converge, loop
+from materializers.warehouse.job import WarehouseJob
+from tests.support.conformance_search import documents
+from tests.support.databases import execute, fresh_database, rows
+from tests.support.views import converge, loop
+from tests.support.waiting import wait_streaming
 
 ROWS = 300
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = spark_session("local[2]")
-    yield session
-    session.stop()
 
 
 class Views:

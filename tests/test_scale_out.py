@@ -30,15 +30,9 @@ from compose.demo import seed
 from compose.load import run_load
 from materializers.search.client import SearchClient
 from materializers.search.documents import TABLE_FIELD
-from tests.support import (
-    Decoder,
-    execute,
-    fresh_database,
-    read_topic,
-    rows,
-    wait_for,
-    wait_streaming,
-)
+from tests.support.databases import execute, fresh_database, rows
+from tests.support.topics import Decoder, read_topic
+from tests.support.waiting import wait_for, wait_streaming
 
 # per shop table: key columns, one more column compared in the search index
 SHOP = {"customers": (("id",), "email"), "products": (("id",), "sku"),
@@ -233,7 +227,7 @@ def test_two_instances_of_each_view_share_the_partitions_and_survive_a_kill_and_
 def _translator(stack, prefix: str, group: str, log: Path) -> subprocess.Popen:
     out = open(log, "ab")  # noqa: SIM115 - closed with the process
     return subprocess.Popen(
-        [sys.executable, "-m", "bottler", "translate", "tests.test_translate_crash:slow",
+        [sys.executable, "-m", "bottler", "translate", "tests.support.translate:slow",
          "--broker", stack.kafka, "--schema-registry", stack.registry_url,
          "--topic-prefix", prefix, "--group-id", group, "--batch-size", "50",
          "--join-group", "--instance-id", log.stem],
@@ -248,8 +242,7 @@ def test_two_translator_instances_share_the_partitions_and_one_killed_loses_and_
     transaction aborted by the broker after ``transaction.timeout.ms``); a third instance joins
     and takes its share. A read_committed reader of the events sees what one instance gives,
     every order's story once, in order."""
-    from tests.test_translate import ORDERS, Events
-    from tests.test_translate_crash import expected_lifecycles, write_load
+    from tests.support.translate import ORDERS, Events, expected_lifecycles, write_load
 
     execute(source, ORDERS)
     start(partitions=4)

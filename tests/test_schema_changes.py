@@ -116,7 +116,7 @@ def test_the_catalog_tells_which_added_columns_a_rewrite_filled(source):
     serial rewrites the table with a value per row."""
     import psycopg
 
-    from tests.support import execute
+    from tests.support.databases import execute
 
     def attributes() -> Attributes:
         with psycopg.connect(source, autocommit=True) as conn:

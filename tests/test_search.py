@@ -22,8 +22,9 @@ from materializers.search import fields, indices
 from materializers.search.client import SearchClient, SearchError
 from materializers.search.documents import document_id, key_text
 from materializers.search.sink import SearchSink
-from tests.conformance_search import documents
-from tests.support import execute, wait_streaming
+from tests.support.conformance_search import documents
+from tests.support.databases import execute
+from tests.support.waiting import wait_streaming
 
 # -- values -------------------------------------------------------------------------------
 
@@ -89,11 +90,6 @@ def test_the_mapping_follows_the_avro_schema():
 
 
 # -- against the search API ----------------------------------------------------------------
-
-
-@pytest.fixture
-def client(stack):
-    return SearchClient(stack.search_url)
 
 
 @pytest.fixture

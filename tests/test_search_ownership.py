@@ -11,9 +11,10 @@ import pytest
 
 from materializers.search import indices
 from materializers.search.client import SearchClient
-from tests import search_api as api
-from tests.support import execute, wait_streaming
-from tests.test_capture_errors import assert_clear_error, bottler
+from tests.support import search_api as api
+from tests.support.cli import assert_clear_error, bottler
+from tests.support.databases import execute
+from tests.support.waiting import wait_streaming
 
 SOURCE = """
 create table items (id int primary key, name text);
@@ -51,14 +52,14 @@ def assert_intact(es: SearchClient, index: str) -> None:
 
 
 @pytest.fixture
-def captured(stack, source, prefix, start):
+def streaming(stack, source, prefix, start):
     execute(source, SOURCE)
     start()
     wait_streaming(source, prefix)
     return source
 
 
-def test_an_alias_at_a_users_index_is_neither_written_nor_deleted(stack, captured, prefix,
+def test_an_alias_at_a_users_index_is_neither_written_nor_deleted(stack, streaming, prefix,
                                                                    name, es):
     users_index(es, f"{name}-user")
     api.put_alias(es, f"{name}-user", name)
@@ -74,7 +75,7 @@ def test_an_alias_at_a_users_index_is_neither_written_nor_deleted(stack, capture
     assert not es.exists(f"{name}-1")
 
 
-def test_a_users_index_named_like_a_version_is_left_alone(stack, captured, prefix, name, es):
+def test_a_users_index_named_like_a_version_is_left_alone(stack, streaming, prefix, name, es):
     users_index(es, f"{name}-1")
 
     written = search(stack, prefix, "materialize", "search", "--index", name, "--once")
@@ -93,7 +94,7 @@ def test_a_users_index_named_like_a_version_is_left_alone(stack, captured, prefi
     assert_intact(es, f"{name}-1")
 
 
-def test_an_index_of_an_older_bottler_is_recognised_by_its_offsets(stack, captured, prefix,
+def test_an_index_of_an_older_bottler_is_recognised_by_its_offsets(stack, streaming, prefix,
                                                                     name, es):
     # as bottler created indices before its mark: no _meta, an offsets document of its uuid
     api.create(es, f"{name}-1")

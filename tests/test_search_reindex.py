@@ -17,8 +17,9 @@ from materializers.search import indices
 from materializers.search.client import SearchClient
 from materializers.search.reader import LiveReader, ReaderOptions
 from materializers.search.reindex import reindex, status
-from tests import search_api as api
-from tests.support import execute, in_thread, rows, wait_for, wait_streaming
+from tests.support import search_api as api
+from tests.support.databases import execute, rows
+from tests.support.waiting import in_thread, wait_for, wait_streaming
 
 SHOP = """
 create table products (id int primary key, name text not null, price numeric(10,2),
@@ -29,14 +30,10 @@ insert into products (id, name, price, stock)
 
 
 @pytest.fixture
-def alias():
-    return f"shop-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def client(stack, alias):
-    client = SearchClient(stack.search_url)
-    yield client
+def alias(client):
+    """The alias of the test's index; its versions are deleted at the end."""
+    alias = f"shop-{uuid.uuid4().hex[:8]}"
+    yield alias
     for name in indices.versions(client, alias):
         indices.delete_index(client, name)
 

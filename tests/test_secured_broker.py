@@ -36,9 +36,10 @@ from confluent_kafka.admin import (
 from common.kafka import READER_GROUPS
 from compose.demo import seed
 from compose.procs import free_port
-from tests.secured_kafka import ADMIN, SecuredKafka, secured_kafka
-from tests.support import execute, fresh_database, rows, wait_for, wait_snapshot_done
-from tests.test_capture_errors import ROOT, assert_clear_error, bottler, clean_env
+from tests.support.cli import ROOT, assert_clear_error, bottler, clean_env
+from tests.support.databases import execute, fresh_database, rows
+from tests.support.secured_kafka import ADMIN, SecuredKafka, secured_kafka
+from tests.support.waiting import wait_for, wait_snapshot_done
 
 pytestmark = pytest.mark.stack
 
@@ -174,12 +175,6 @@ def estate(stack, tmp_path_factory) -> Iterator[Estate]:
             text = log.read_text()
             assert not any(p in text for p in estate.passwords), "a password in the log"
             assert "Traceback" not in text, text
-
-
-@pytest.fixture
-def source(stack):
-    with fresh_database(stack.pg_dsn) as dsn:
-        yield dsn
 
 
 def run(estate: Estate, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:

@@ -10,8 +10,10 @@ import time
 import psycopg
 
 from common import seedlock
-from tests.support import execute, wait_for
-from tests.test_capture_snapshot_stop import copied, start_capture
+from tests.support.capture import start_capture
+from tests.support.databases import execute
+from tests.support.topics import copied
+from tests.support.waiting import wait_for
 
 ROWS = 2_000
 

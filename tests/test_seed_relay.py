@@ -12,13 +12,13 @@ import pytest
 from common.errors import BottlerError
 from common.pg import client_args
 from materializers.postgres import relay
-from tests.support import execute, fresh_database, rows
+from tests.support.databases import execute, fresh_database, rows
 
 pytestmark = pytest.mark.stack
 
 
 @pytest.fixture
-def pair(stack, source):
+def sides(stack, source):
     with fresh_database(stack.pg_dsn) as target:
         execute(source, "create table t (id int primary key, v text)",
                 "insert into t select i, 'v' || i from generate_series(1, 5000) i")
@@ -26,8 +26,8 @@ def pair(stack, source):
         yield relay.Side(source), relay.Side(target)
 
 
-def test_a_range_is_copied_and_counted(pair):
-    source, target = pair
+def test_a_range_is_copied_and_counted(sides):
+    source, target = sides
     execute(target.dsn, "alter table t drop constraint t_v_check")
     # statements before the COPY (the seed's: its snapshot) put nothing into the rows
     source = relay.Side(source.dsn, ("begin isolation level repeatable read read only",
@@ -38,23 +38,23 @@ def test_a_range_is_copied_and_counted(pair):
     assert rows(target.dsn, "select count(*), max(id) from t") == [(3000, 3000)]
 
 
-def test_rows_the_target_refuses_leave_nothing(pair):
-    source, target = pair
+def test_rows_the_target_refuses_leave_nothing(sides):
+    source, target = sides
     with pytest.raises(relay.Refused, match="t_v_check"):
         relay.copy(source, "copy t to stdout", target, "copy t from stdin", threading.Event())
     assert rows(target.dsn, "select count(*) from t") == [(0,)]
 
 
-def test_a_failing_source_is_named(pair):
-    source, target = pair
+def test_a_failing_source_is_named(sides):
+    source, target = sides
     with pytest.raises(BottlerError, match="the source's COPY failed.*no_such_table"):
         relay.copy(source, "copy no_such_table to stdout", target, "copy t from stdin",
                    threading.Event())
     assert rows(target.dsn, "select count(*) from t") == [(0,)]
 
 
-def test_a_stop_ends_both_processes_and_keeps_nothing(pair):
-    source, target = pair
+def test_a_stop_ends_both_processes_and_keeps_nothing(sides):
+    source, target = sides
     execute(target.dsn, "alter table t drop constraint t_v_check")
     stop = threading.Event()
     threading.Timer(1.0, stop.set).start()

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 
 import pytest
 
@@ -16,14 +14,11 @@ from bottler.migrate.verify import verify
 from bottler.status.groups import GroupReader
 from common.errors import BottlerError
 from compose.stack import REPLICA_DB, isolated_stack
-from tests.support import wait_for
-from tests.test_stack_stops import Tracker
-from tests.test_stack_supervision import row_of
+from tests.support.cli import bottler, row_of
+from tests.support.own_stack import Tracker
+from tests.support.waiting import wait_for
 
-
-def bottler(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bottler", *args], capture_output=True,
-                          text=True, timeout=60)
+pytestmark = pytest.mark.stack  # a stack of its own
 
 
 def held(stack) -> dict[str, list[int]]:
@@ -46,10 +41,10 @@ def test_the_stack_runs_two_replica_instances_that_share_the_partitions():
         first = wait_for(shared, 90, "both instances to hold partitions of orders")
         assert sorted(first["replica"] + first["replica-2"]) == [0, 1]  # 2 partitions: 2 views
 
-        listing = bottler("stack", "status", *at)
+        listing = bottler("stack", "status", *at, clean=False)
         assert listing.returncode == 0, listing.stdout + listing.stderr
         assert row_of(listing.stdout, "replica-2 metrics")[1:3] == ["replica-2", "running"]
-        view = bottler("status", "--once", *at).stdout
+        view = bottler("status", "--once", *at, clean=False).stdout
         assert "View instances" in view and "replica-2" in view, view
 
         # a running view keeps its count: changing it is refused with what to do

@@ -4,10 +4,8 @@ taken, a data directory of another cluster, a broker that never becomes ready (i
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -20,42 +18,10 @@ from common.errors import BottlerError
 from compose import jars, services
 from compose.kafka import KafkaNode, new_cluster_id
 from compose.procs import free_port
-from compose.stack import Stack, free_ports, new_stack_dir
+from compose.stack import Stack, free_ports
+from tests.support.own_stack import nothing_runs, one_error, stack_up
 
-
-@pytest.fixture
-def root():
-    base = new_stack_dir()
-    yield base / "stack"
-    with contextlib.suppress(BottlerError):
-        Stack(base / "stack").down()
-    shutil.rmtree(base, ignore_errors=True)
-
-
-def stack_up(root: Path, ports: dict[str, int], **env: str | None):
-    """`bottler stack up` as a user runs it, with ``env`` changed (None: unset)."""
-    argv = [sys.executable, "-m", "bottler", "stack", "up", "--dir", str(root)]
-    for name, port in ports.items():
-        argv += [f"--{name.replace('_', '-')}-port", str(port)]
-    changed = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
-    return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=changed)
-
-
-def one_error(done: subprocess.CompletedProcess, *said: str) -> str:
-    """The failed command's message: one error, no traceback, saying each of ``said``."""
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "Traceback" not in done.stderr
-    message = " ".join(done.stderr.split())  # rich wraps long lines
-    assert message.count("error:") == 1, done.stderr
-    for words in said:
-        assert words in message, done.stderr
-    return message
-
-
-def nothing_runs(root: Path) -> None:
-    stack = Stack(root)
-    assert not any(stack.status().values()), stack.status()
-    assert not (root / "run" / "broker.pid").exists()
+pytestmark = pytest.mark.stack  # `bottler stack up` of a stack of its own
 
 
 def format_storage(root: Path, ports: dict[str, int]) -> Stack:

@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from common.errors import BottlerError
 from compose import postgres
-from compose.stack import Stack, free_ports, new_stack_dir
+from compose.stack import Stack, free_ports
+from tests.support.cli import bottler
+from tests.support.own_stack import port_flags
+
+pytestmark = pytest.mark.stack  # stacks of their own, by `bottler stack up`
 
 
-def bottler(*args: str, root: Path, ports: dict[str, int] | None = None):
-    argv = [sys.executable, "-m", "bottler", *args, "--dir", str(root)]
-    for name, port in (ports or {}).items():
-        argv += [f"--{name.replace('_', '-')}-port", str(port)]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=180)
+def in_stack(*args: str, root: Path, ports: dict[str, int] | None = None):
+    """`bottler ARGS --dir ROOT` (``ports`` as its port options), in this environment."""
+    return bottler(*args, "--dir", str(root), *port_flags(ports or {}), timeout=180,
+                   clean=False)
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -37,35 +36,26 @@ def processes_mentioning(text: str) -> list[int]:
     return found
 
 
-@pytest.fixture
-def root():
-    base = new_stack_dir()
-    yield base / "stack"
-    with contextlib.suppress(BottlerError):  # a test may have left a corrupt stack behind
-        Stack(base / "stack").down()
-    shutil.rmtree(base, ignore_errors=True)
-
-
 def test_up_is_idempotent_and_down_leaves_nothing_running(root):
     ports = free_ports()
-    first = bottler("stack", "up", root=root, ports=ports)
+    first = in_stack("stack", "up", root=root, ports=ports)
     assert first.returncode == 0, first.stderr
     assert first.stdout.count("started") == 4  # one row per API
     password = Stack(root).password
     assert password not in first.stdout + first.stderr  # endpoints are printed redacted
     assert f"127.0.0.1:{ports['kafka']}" in first.stdout
 
-    second = bottler("stack", "up", root=root)  # remembers its ports
+    second = in_stack("stack", "up", root=root)  # remembers its ports
     assert second.returncode == 0, second.stderr
     assert second.stdout.count("already running") == 4
 
-    status = bottler("stack", "status", root=root)
+    status = in_stack("stack", "status", root=root)
     assert status.returncode == 0 and status.stdout.count("running") == 4
 
-    down = bottler("stack", "down", root=root)
+    down = in_stack("stack", "down", root=root)
     assert down.returncode == 0, down.stderr
     assert processes_mentioning(str(root)) == []
-    assert bottler("stack", "status", root=root).returncode == 1
+    assert in_stack("stack", "status", root=root).returncode == 1
 
 
 def test_stale_pid_files_are_ignored(root):
@@ -88,8 +78,8 @@ def test_a_taken_port_is_named(root):
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", ports["kafka"]))
         holder.listen()
-        result = bottler("stack", "up", root=root, ports=ports)
-    bottler("stack", "down", root=root)
+        result = in_stack("stack", "up", root=root, ports=ports)
+    in_stack("stack", "down", root=root)
     assert result.returncode == 2
     assert f"port {ports['kafka']} (kafka) is already in use" in result.stderr
     assert "--kafka-port" in result.stderr
@@ -99,7 +89,7 @@ def test_a_taken_port_is_named(root):
 def test_corrupt_state_file_gives_a_clear_error(root):
     root.mkdir(parents=True)
     (root / "stack.json").write_text("{not json")
-    result = bottler("stack", "status", root=root)
+    result = in_stack("stack", "status", root=root)
     assert result.returncode == 2
     assert "unreadable" in result.stderr and "bottler stack reset" in result.stderr
     assert "Traceback" not in result.stderr
@@ -108,7 +98,7 @@ def test_corrupt_state_file_gives_a_clear_error(root):
 def test_corrupt_data_directory_gives_a_clear_error(root):
     (root / "pg" / "data").mkdir(parents=True)
     (root / "pg" / "data" / "garbage").write_text("x")
-    result = bottler("stack", "up", root=root, ports=free_ports())
+    result = in_stack("stack", "up", root=root, ports=free_ports())
     assert result.returncode == 2
     assert "not a PostgreSQL data directory" in result.stderr
     assert "Traceback" not in result.stderr
@@ -129,14 +119,14 @@ def test_a_cluster_of_another_major_is_refused_and_an_unknown_major_named(root):
     PG_VERSION), and asking it for another is refused before anything starts."""
     ports = free_ports()
     postgres.PostgresCluster(root, ports["postgres"], "pw", "15").init()  # a 15 cluster
-    result = bottler("stack", "up", "--pg-version", "18", root=root, ports=ports)
+    result = in_stack("stack", "up", "--pg-version", "18", root=root, ports=ports)
     assert result.returncode == 2, result.stdout
     assert "is version 15, not 18" in result.stderr and "bottler stack reset" in result.stderr
     assert "Traceback" not in result.stderr
     assert processes_mentioning(str(root)) == []  # nothing started
     assert not (root / "stack.json").exists() or "18" not in (root / "stack.json").read_text()
 
-    unknown = bottler("stack", "up", "--pg-version", "11", root=root.parent / "other",
+    unknown = in_stack("stack", "up", "--pg-version", "11", root=root.parent / "other",
                       ports=free_ports())
     assert unknown.returncode == 2
     assert "PostgreSQL 11's server binaries were not found" in unknown.stderr
@@ -146,7 +136,7 @@ def test_a_cluster_of_another_major_is_refused_and_an_unknown_major_named(root):
 def test_reset_removes_everything(root):
     stack = Stack(root, free_ports())
     stack.up()
-    result = bottler("stack", "reset", "--yes", root=root)
+    result = in_stack("stack", "reset", "--yes", root=root)
     assert result.returncode == 0, result.stderr
     assert not root.exists()
     assert processes_mentioning(str(root)) == []

@@ -11,10 +11,12 @@ import pytest
 from common.errors import BottlerError
 from compose import jars
 from compose.stack import free_ports
-from tests.test_stack_kafka_errors import nothing_runs, one_error, root, stack_up  # noqa: F401
+from tests.support.own_stack import nothing_runs, one_error, stack_up
+
+pytestmark = pytest.mark.stack  # `bottler stack up` of a stack of its own
 
 
-def test_a_missing_jar_is_named(root, tmp_path):  # noqa: F811 - the fixture
+def test_a_missing_jar_is_named(root, tmp_path):
     """A jars directory missing one jar: OpenSearch's stack trace becomes one line."""
     cache = tmp_path / "jars"
     cache.mkdir()

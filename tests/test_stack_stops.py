@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -21,85 +20,8 @@ import pytest
 
 from compose.procs import free_port, pid_alive
 from compose.stack import Stack, free_ports, new_stack_dir
-from tests.support import wait_for
-
-Key = tuple[int, int]  # (pid, start time): one process, even once its PID is reused
-
-
-def processes() -> dict[int, tuple[int, int, bytes, bytes]]:
-    """pid -> (parent pid, start time, command line, environment) of every live process."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:  # another user's process
-            environ = b""
-        if stat[0] != "Z":
-            found[int(entry.name)] = (int(stat[1]), int(stat[19]), cmdline, environ)
-    return found
-
-
-class Tracker:
-    """Polls /proc in a thread, remembering every process tied to ``root`` (see the module
-    docstring); :meth:`alive` lists those still running."""
-
-    def __init__(self, root: Path, interval: float = 0.2):
-        self.root = str(root).encode()
-        self.interval = interval
-        self.seen: dict[Key, str] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Tracker:
-        self.poll()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.poll()
-
-    def poll(self) -> None:
-        live = processes()
-        with self._lock:
-            grew = True
-            while grew:  # a new child may be listed before its new parent
-                grew = False
-                for pid, (ppid, start, cmdline, environ) in live.items():
-                    command = cmdline.replace(b"\0", b" ").decode(errors="replace")
-                    if (pid, start) in self.seen:
-                        self.seen[(pid, start)] = command or self.seen[(pid, start)]  # an exec
-                        continue
-                    parent = live.get(ppid)
-                    if pid != os.getpid() and (
-                            self.root in cmdline or self.root in environ
-                            or (parent is not None and (ppid, parent[1]) in self.seen)):
-                        self.seen[(pid, start)] = command
-                        grew = True
-
-    def commands(self) -> list[str]:
-        with self._lock:
-            return list(self.seen.values())
-
-    def alive(self) -> list[str]:
-        """The remembered processes still running (after a last look)."""
-        self.poll()
-        live = processes()
-        with self._lock:
-            return [f"{pid}: {cmd[:300]}" for (pid, start), cmd in self.seen.items()
-                    if pid in live and live[pid][1] == start]
+from tests.support.own_stack import Tracker
+from tests.support.waiting import wait_for
 
 
 def spark_jvm(cmd: str) -> bool:

@@ -24,9 +24,9 @@ from compose.supervise import (
     hold_file,
     last_error_line,
 )
-from tests.support import wait_for
-from tests.test_stack_stops import Tracker
-from tests.test_status import cells
+from tests.support.cli import bottler, cells, row_of
+from tests.support.own_stack import Tracker
+from tests.support.waiting import wait_for
 
 
 def test_the_last_error_line_is_the_last_error_or_exception_of_the_run(tmp_path):
@@ -155,20 +155,8 @@ def test_nothing_is_restarted_while_stack_down_runs(tmp_path):
 
 # -- the stack: the capture loses its connection, is restarted and shown ---------------------
 
-def row_of(output: str, first: str) -> list[str] | None:
-    """The cells of a boxed table's row (`bottler stack status`) whose first cell is ``first``."""
-    for line in output.splitlines():
-        parts = [p.strip() for p in line.split("│")][1:-1]
-        if parts and parts[0] == first:
-            return parts
-    return None
 
-
-def bottler(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bottler", *args], capture_output=True,
-                          text=True, timeout=60)
-
-
+@pytest.mark.stack  # a stack of its own
 @pytest.mark.timeout(300)
 def test_a_stack_app_that_fails_is_restarted_and_shown_and_down_leaves_nothing():
     with isolated_stack() as stack, Tracker(stack.root) as tracker:
@@ -177,7 +165,8 @@ def test_a_stack_app_that_fails_is_restarted_and_shown_and_down_leaves_nothing()
         at = ("--dir", str(stack.root))
         first = stack.supervision()["capture"]
         assert first.state == "running" and first.restarts == 0
-        wait_for(lambda: (row := cells(bottler("status", "--once", *at).stdout, "capture"))
+        wait_for(lambda: (row := cells(bottler("status", "--once", *at, clean=False).stdout,
+                                       "capture"))
                  and row[2] == "streaming", 60, "the capture to stream")
 
         # The server ends the capture's replication connection: it exits with an error (2).
@@ -189,7 +178,7 @@ def test_a_stack_app_that_fails_is_restarted_and_shown_and_down_leaves_nothing()
 
         def restarted() -> bool:
             s = stack.supervision().get("capture")
-            out = bottler("status", "--once", *at).stdout
+            out = bottler("status", "--once", *at, clean=False).stdout
             row = cells(out, "capture")
             return (s is not None and s.state == "running" and s.restarts >= 1
                     and row is not None and row[2] == "streaming" and (s, out))
@@ -207,7 +196,7 @@ def test_a_stack_app_that_fails_is_restarted_and_shown_and_down_leaves_nothing()
         assert "capture restarted 1 time" in view
         assert "lost the connection to PostgreSQL while streaming" in view
         # `bottler stack status`: its own PID, the restarts, the last error line.
-        listing = bottler("stack", "status", *at)
+        listing = bottler("stack", "status", *at, clean=False)
         assert listing.returncode == 0, listing.stdout + listing.stderr
         row = row_of(listing.stdout, "capture metrics")
         assert row[1:5] == ["capture", "running", str(again.pid), "1"], listing.stdout

@@ -9,15 +9,17 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from capture.health.slot_safety import SlotProbe
 from compose.stack import isolated_stack
-from tests.support import rows, wait_for
+from tests.support.cli import bottler, cells
+from tests.support.databases import rows
+from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "compose" / "grafana" / "bottler-dashboard.json"
@@ -27,17 +29,7 @@ TABLES = ("customers", "products", "orders", "order_items")
 
 
 def status(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bottler", "status", "--once", *args],
-                          capture_output=True, text=True, timeout=60, cwd=ROOT)
-
-
-def cells(output: str, first: str) -> list[str] | None:
-    """The cells of the table row whose first cell is ``first``."""
-    for line in output.splitlines():
-        parts = [p.strip() for p in line.split("│")]
-        if len(parts) > 1 and parts[0] == first:
-            return parts
-    return None
+    return bottler("status", "--once", *args, clean=False)
 
 
 def until(args: tuple[str, ...], ready, timeout: float, what: str) -> str:
@@ -51,6 +43,7 @@ def until(args: tuple[str, ...], ready, timeout: float, what: str) -> str:
         time.sleep(0.5)
 
 
+@pytest.mark.stack  # the demo on a stack of its own
 def test_status_shows_the_slot_the_topics_and_each_process():
     with isolated_stack() as stack:
         stack.up(apps=("capture", "replica"), demo=True)

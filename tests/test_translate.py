@@ -8,16 +8,12 @@ import os
 import subprocess
 import sys
 import uuid
-from contextlib import contextmanager
 from decimal import Decimal
 
 import httpx
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroDeserializer
-from confluent_kafka.serialization import MessageField, SerializationContext
 
 from common.errors import BottlerError
 from compose.demo import seed
@@ -26,23 +22,10 @@ from materializers.core import TableId
 from materializers.translators import Event, Output, RowChange, Source, Translator
 from materializers.translators.examples import orders
 from materializers.translators.loading import load
-from materializers.translators.runner import TranslatorRunner
-from tests.support import execute, in_thread, read_committed, wait_for, wait_streaming
-
-ORDERS = """
-create table orders (
-    id          bigint primary key,
-    customer_id bigint not null,
-    status      text not null default 'placed'
-                check (status in ('placed', 'paid', 'shipped', 'cancelled')),
-    total       numeric(12, 2) not null default 0,
-    placed_at   timestamptz not null default now(),
-    paid_at     timestamptz,
-    shipped_at  timestamptz,
-    note        text
-);
-"""
-
+from tests.support.databases import execute
+from tests.support.topics import read_committed
+from tests.support.translate import ORDERS, Events, running
+from tests.support.waiting import wait_for, wait_streaming
 
 # -- the broker ------------------------------------------------------------------------------
 
@@ -122,13 +105,9 @@ def test_the_orders_example_keeps_business_changes_and_drops_the_noise():
         translate(change(row(total="NaN")))
 
 
-def factory():
-    return orders.translator
-
-
 def test_translators_are_found_by_module_and_attribute():
     assert load("materializers.translators.examples.orders:translator") is orders.translator
-    assert load("tests.test_translate:factory") is orders.translator
+    assert load("tests.support.translate:factory") is orders.translator
     with pytest.raises(BottlerError, match="no translator named 'nope'"):
         load("nope")
     with pytest.raises(BottlerError, match="cannot import no_such_module"):
@@ -140,50 +119,6 @@ def test_translators_are_found_by_module_and_attribute():
 
 
 # -- end to end ------------------------------------------------------------------------------
-
-class Events:
-    """The business events of a topic as a read_committed consumer sees them."""
-
-    def __init__(self, stack, topic: str):
-        self.stack, self.topic = stack, topic
-        registry = SchemaRegistryClient({"url": stack.registry_url})
-        self._key = AvroDeserializer(registry)
-        self._value = AvroDeserializer(registry, return_record_name=True)
-
-    def messages(self):
-        return read_committed(self.stack.kafka, self.topic)
-
-    def decoded(self):
-        out = []
-        for msg in self.messages():
-            key = self._key(msg.key(), SerializationContext(self.topic, MessageField.KEY))
-            kind, value = self._value(msg.value(),
-                                      SerializationContext(self.topic, MessageField.VALUE))
-            out.append((key["order_id"], kind.rsplit(".", 1)[-1], value))
-        return out
-
-    def by_order(self) -> dict[int, list[str]]:
-        lifecycle: dict[int, list[str]] = {}
-        for order_id, kind, _ in self.decoded():
-            lifecycle.setdefault(order_id, []).append(kind)
-        return lifecycle
-
-    def wait(self, count: int, failure=()):
-        def enough():
-            if failure:
-                raise failure[0]
-            return len(self.messages()) >= count
-
-        wait_for(enough, 60, f"{count} events in {self.topic}")
-        return self.by_order()
-
-
-@contextmanager
-def running(stack, prefix, translator=orders.translator, **options):
-    runner = TranslatorRunner(translator, bootstrap=stack.kafka, registry=stack.registry_url,
-                              topic_prefix=prefix, batch_timeout=0.1, **options)
-    with in_thread(runner.run) as failure:
-        yield runner, failure
 
 
 LIFECYCLE = [

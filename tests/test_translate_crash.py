@@ -12,73 +12,16 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import replace
 
-import psycopg
-
-from materializers.translators.examples import orders
-from tests.support import execute, read_committed, rows, wait_for, wait_streaming
-from tests.test_translate import ORDERS, Events
-
-SLOW_CHANGE = 0.004  # seconds per change: a batch of 50 is a transaction open for ~0.2 s
-
-
-def slow_translate(change):
-    time.sleep(SLOW_CHANGE)
-    return orders.translate(change)
-
-
-slow = replace(orders.translator, translate=slow_translate)  # what the child process runs
-
-
-def expected_lifecycles(dsn: str) -> dict[int, list[str]]:
-    """The events each order's final status implies: the load only moves orders along
-    placed → paid → shipped, or from placed to cancelled."""
-    implied = {"placed": [], "paid": ["OrderPaid"], "shipped": ["OrderPaid", "OrderShipped"],
-               "cancelled": ["OrderCancelled"]}
-    return {order_id: ["OrderPlaced", *implied[status]]
-            for order_id, status in rows(dsn, "select id, status from orders")}
-
-
-def write_load(dsn: str, stop: threading.Event, seed: int = 7) -> int:
-    """Orders placed and moved along their lifecycle, with noise (note updates), one
-    statement per transaction, until ``stop``; returns the number of orders."""
-    rng = random.Random(seed)
-    live: dict[int, str] = {}
-    next_id = 1
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        while not stop.is_set():
-            if len(live) < 20 or rng.random() < 0.3:
-                conn.execute("insert into orders (id, customer_id, total) values (%s, %s, %s)",
-                             (next_id, next_id % 97, rng.randint(100, 99999) / 100))
-                live[next_id] = "placed"
-                next_id += 1
-            else:
-                order_id = rng.choice(list(live))
-                status = live[order_id]
-                move = rng.random()
-                if move < 0.35:
-                    conn.execute("update orders set note = %s where id = %s",
-                                 (f"note {rng.random():.6f}", order_id))
-                elif status == "placed" and move < 0.5:
-                    conn.execute("update orders set status = 'cancelled' where id = %s",
-                                 (order_id,))
-                    del live[order_id]
-                elif status == "placed":
-                    conn.execute("update orders set status = 'paid', paid_at = now() "
-                                 "where id = %s", (order_id,))
-                    live[order_id] = "paid"
-                else:
-                    conn.execute("update orders set status = 'shipped', shipped_at = now() "
-                                 "where id = %s", (order_id,))
-                    del live[order_id]
-            time.sleep(0.002)
-    return next_id - 1
+from tests.support.databases import execute
+from tests.support.topics import read_committed
+from tests.support.translate import ORDERS, Events, expected_lifecycles, write_load
+from tests.support.waiting import wait_for, wait_streaming
 
 
 def translator_process(stack, prefix: str, group: str, log) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "bottler", "translate", "tests.test_translate_crash:slow",
+        [sys.executable, "-m", "bottler", "translate", "tests.support.translate:slow",
          "--broker", stack.kafka, "--schema-registry", stack.registry_url,
          "--topic-prefix", prefix, "--group-id", group, "--batch-size", "50"],
         stdout=log, stderr=subprocess.STDOUT, cwd=os.getcwd(),

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from tests.test_capture_errors import assert_clear_error, bottler
+from tests.support.cli import assert_clear_error, bottler
 
 LATIN1 = "topic_prefix: caf\xe9\n".encode("latin-1")
 

@@ -13,8 +13,10 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from tests.support import execute, fresh_database, read_topic, wait_for, wait_streaming
-from tests.test_materializer_postgres import converge, fetch, replica
+from tests.support.databases import execute
+from tests.support.replica import converge, fetch, replica
+from tests.support.topics import read_topic
+from tests.support.waiting import wait_for, wait_streaming
 
 pytestmark = pytest.mark.stack
 
@@ -56,12 +58,6 @@ TABLES: dict[str, tuple[str, list[tuple[str, ...]]]] = {
          "'{{2020-02-29}}'", "'0'"),
     ]),
 }
-
-
-@pytest.fixture
-def target(stack):
-    with fresh_database(stack.pg_dsn) as dsn:
-        yield dsn
 
 
 def _all_rows(stack, topic: str, count: int):

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import execute, topic_state
-from tests.test_capture_errors import assert_clear_error, bottler
+from tests.support.cli import assert_clear_error, bottler
+from tests.support.databases import execute
+from tests.support.topics import topic_state
 
 
 def test_an_unwritable_warehouse_directory_is_refused_before_spark_starts(tmp_path):
@@ -41,7 +42,7 @@ def load(stack, path: Path, prefix: str):
 
 
 @pytest.fixture
-def captured(stack, source, prefix, start):
+def captured_items(stack, source, prefix, start):
     """A table `items` of 5 rows captured under the test's prefix."""
     execute(source, "create table items (id int primary key, name text)",
             "insert into items select g, 'item ' || g from generate_series(1, 5) g")
@@ -52,10 +53,10 @@ def captured(stack, source, prefix, start):
 
 
 @pytest.mark.parametrize("case", ["foreign-files", "a-file", "corrupt-log"])
-def test_a_table_path_that_is_not_a_bottler_table_is_refused_untouched(stack, captured,
+def test_a_table_path_that_is_not_a_bottler_table_is_refused_untouched(stack, captured_items,
                                                                        tmp_path, case):
     warehouse = tmp_path / "wh"
-    table = warehouse / captured / "public" / "items"
+    table = warehouse / captured_items / "public" / "items"
     if case == "foreign-files":
         table.mkdir(parents=True)
         (table / "notes.csv").write_text("my,own,data\n")
@@ -65,13 +66,13 @@ def test_a_table_path_that_is_not_a_bottler_table_is_refused_untouched(stack, ca
         table.write_text("my own file\n")
         expected = ("is a file, not a Delta table directory",)
     else:
-        first = load(stack, warehouse, captured)
+        first = load(stack, warehouse, captured_items)
         assert first.returncode == 0, first.stdout + first.stderr
         log = sorted((table / "_delta_log").glob("*.json"))[0]
         log.write_bytes(b"\x00\xffnot json{")
         expected = ("cannot be read", "repair its _delta_log, or move the directory away")
     before = snapshot_of(table.parent)
-    proc = load(stack, warehouse, captured)
+    proc = load(stack, warehouse, captured_items)
     assert_clear_error(proc, str(table), *expected)
     assert "panicked" not in proc.stderr and "at org.apache" not in proc.stderr, proc.stderr
     assert snapshot_of(table.parent) == before  # the user's files as they were, nothing added

@@ -13,8 +13,9 @@ import psycopg
 import pytest
 
 from materializers.warehouse.delta import RustDeltaWriter, open_table
-from materializers.warehouse.job import WarehouseJob, spark_session
-from tests.support import execute, wait_streaming
+from materializers.warehouse.job import WarehouseJob
+from tests.support.databases import execute
+from tests.support.waiting import wait_streaming
 
 SHOP = """
 create table items (id int primary key, name text, price numeric(10,2), at timestamptz,
@@ -46,13 +47,6 @@ CLAMPED = ("case when at = '-infinity' then '0001-01-01 00:00+00' when at = 'inf
            "'0001-01-01' when day = 'infinity' then '9999-12-31' else day end as day")
 QUERIES = {"items": f"select id, name, price, {CLAMPED}, tags from items",
            "log": "select at, what from log", "gone": "select id, v from gone"}
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = spark_session("local[2]")
-    yield session
-    session.stop()
 
 
 def source_rows(dsn: str, table: str) -> list[tuple]:
@@ -161,7 +155,7 @@ def test_an_idle_trigger_runs_no_spark_job_and_costs_next_to_nothing(spark, stac
     """With nothing new, a batch reads the watermarks and stops there: no Spark job, well
     under 0.2 CPU s in the driver; a batch with news runs Spark, stages and counts itself."""
     from materializers.core import metrics
-    from tests.core_loops import Topic
+    from tests.support.loops import Topic
 
     topic = Topic(stack)
     for i in range(10):
@@ -195,7 +189,7 @@ def test_the_streaming_query_idles_without_spark_jobs_and_resumes_from_delta(spa
     on the same warehouse starts where the Delta tables stand (nothing read twice)."""
     import threading
 
-    from tests.core_loops import Topic
+    from tests.support.loops import Topic
 
     topic = Topic(stack)
     for i in range(10):
@@ -257,7 +251,7 @@ def test_the_kafka_connector_route_decodes_as_the_data_source_does(spark, stack)
 
     from materializers.warehouse.kafka import decoded_frame
     from materializers.warehouse.source import NAME, read_range
-    from tests.core_loops import Topic
+    from tests.support.loops import Topic
 
     topic = Topic(stack)
     for i in range(5):

@@ -8,24 +8,17 @@ import json
 import time
 
 import psycopg
-import pytest
 
 from materializers.warehouse.delta import open_table
-from materializers.warehouse.job import WarehouseJob, spark_session
+from materializers.warehouse.job import WarehouseJob
 from materializers.warehouse.source import NAME
-from tests.support import execute, wait_streaming
+from tests.support.databases import execute
+from tests.support.waiting import wait_streaming
 
 TABLE = """
 create table wide (id int primary key, v text);
 insert into wide select g, 'v' || g from generate_series(1, 200) g;
 """
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = spark_session("local[2]")
-    yield session
-    session.stop()
 
 
 def test_a_four_partition_topic_is_read_as_one_spark_partition_per_range_and_merged_right(

@@ -14,10 +14,11 @@ from confluent_kafka import Producer
 from common.errors import BottlerError
 from materializers.warehouse import jars
 from materializers.warehouse.delta import open_table
-from materializers.warehouse.job import spark_session
 from materializers.warehouse.native import SparkRoute, java_properties
 from schemas.topics import DEAD_LETTER, with_prefix
-from tests.support import execute, in_thread, read_topic, wait_for, wait_streaming
+from tests.support.databases import execute
+from tests.support.topics import read_topic
+from tests.support.waiting import in_thread, wait_for, wait_streaming
 
 SHOP = """
 create table items (id int primary key, name text, price numeric(10,2), at timestamptz,
@@ -43,13 +44,6 @@ CLAMPED = ("case when at = '-infinity' then '0001-01-01 00:00+00' when at = 'inf
 QUERIES = {"items": f"select id, name, price, {CLAMPED} from items",
            "log": "select at, what from log"}
 COLUMNS = {"items": ["id", "name", "price", "at", "day"], "log": ["at", "what"]}
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = spark_session("local[2]", route="spark")
-    yield session
-    session.stop()
 
 
 def source_rows(dsn: str, table: str) -> list[tuple]:
@@ -90,35 +84,35 @@ def converge(spark, stack, root: Path, prefix: str, source: str, timeout=120) ->
         time.sleep(1)
 
 
-def test_the_spark_route_loads_merges_and_resumes_from_delta(spark, stack, source, prefix,
+def test_the_spark_route_loads_merges_and_resumes_from_delta(spark_native, stack, source, prefix,
                                                             start, tmp_path):
     execute(source, SHOP)
     start(allow_unkeyed=True)
     wait_streaming(source, prefix)
     root = tmp_path / "warehouse" / prefix
-    converge(spark, stack, root, prefix, source)
+    converge(spark_native, stack, root, prefix, source)
     items = open_table(root / "public" / "items")
     first = items.transaction_version(f"bottler:{prefix}.items:0")
     assert first is not None  # the offsets are in the commit
     execute(source, *LOAD)
-    converge(spark, stack, root, prefix, source)  # from the offsets Delta recorded
+    converge(spark_native, stack, root, prefix, source)  # from the offsets Delta recorded
     items = open_table(root / "public" / "items")
     assert items.transaction_version(f"bottler:{prefix}.items:0") > first
     assert items.history(1)[0]["operation"] == "MERGE"
     versions = {t: open_table(root / "public" / t).version() for t in QUERIES}
-    load(spark, stack, root, prefix)  # nothing new: no commit
+    load(spark_native, stack, root, prefix)  # nothing new: no commit
     assert {t: open_table(root / "public" / t).version() for t in QUERIES} == versions
     # a message that does not decode: set aside with its place, the rest merged
     producer = Producer({"bootstrap.servers": stack.kafka})
     producer.produce(f"{prefix}.items", key=b"not avro", value=b"\x00\x00\x00\x7f\xffjunk")
     producer.flush(30)
     execute(source, "update items set name = 'after the poison' where id = 3")
-    converge(spark, stack, root, prefix, source)
+    converge(spark_native, stack, root, prefix, source)
     dead = read_topic(stack.kafka, with_prefix(prefix, DEAD_LETTER))
     assert [m.value() for m in dead] == [b"\x00\x00\x00\x7f\xffjunk"]
     assert dict(dead[0].headers())["bottler.topic"] == f"{prefix}.items".encode()
     # the continuous job: a processing-time trigger picks up what comes, then stops when told
-    route = SparkRoute(spark, root, bootstrap=stack.kafka, registry=stack.registry_url,
+    route = SparkRoute(spark_native, root, bootstrap=stack.kafka, registry=stack.registry_url,
                        prefix=prefix)
     try:
         with in_thread(lambda stop: route.run(stop, 1.0)):

@@ -49,6 +49,7 @@ def converge(stack, deadline: float) -> list[views.ViewCheck]:
         time.sleep(3)
 
 
+@pytest.mark.stack  # the appliance on a stack of its own
 @pytest.mark.faults
 @pytest.mark.timeout(DURATION * 2 + CONVERGE_SECONDS + 240)  # start-up, faults overrunning
 def test_every_view_equals_the_source_after_faults_under_load(capsys):

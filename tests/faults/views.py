@@ -9,7 +9,7 @@ import psycopg
 
 from bottler.migrate.verify import DIFFERENT, EXTRA, MISSING, verify
 from compose.stack import REPLICA_DB, Stack
-from tests.support import Decoder, read_topic
+from tests.support.topics import Decoder, read_topic
 
 
 @dataclass
@@ -96,9 +96,8 @@ def warehouse(stack: Stack) -> ViewCheck:
 def translator(stack: Stack) -> ViewCheck:
     """The business events a read_committed consumer sees, order by order, against those the
     source's final order statuses imply: one of each, in order (a second one is 'different')."""
-    from tests.conftest import RunningStack
-    from tests.test_translate import Events
-    from tests.test_translate_crash import expected_lifecycles
+    from tests.support.stack import RunningStack
+    from tests.support.translate import Events, expected_lifecycles
 
     expected = expected_lifecycles(stack.endpoints.pg_dsn)
     seen = Events(RunningStack(stack), "order-events").by_order()

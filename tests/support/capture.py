@@ -1,4 +1,5 @@
-"""Running the capture inside a test: in a thread (stoppable) or as a process (killable)."""
+"""Running the capture inside a test: in a thread (stoppable; the `start` fixture, under the
+test's `prefix`) or as a process (killable)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ import os
 import subprocess
 import sys
 import threading
+import uuid
 import weakref
 from pathlib import Path
+
+import pytest
 
 from capture.run import run_capture
 from capture.settings import load_settings
@@ -62,4 +66,45 @@ def capture_process(args: list[str], log: Path, env: dict[str, str] | None = Non
     return subprocess.Popen(
         [sys.executable, "-m", "bottler", "capture", *args],
         stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture
+def prefix():
+    return f"t{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def start(stack, source, prefix):
+    """Start a capture of ``source`` with the test's prefix; stopped at the end of the test."""
+    running = []
+
+    def start_one(**overrides) -> CaptureThread:
+        settings = dict(postgres=source, broker=stack.kafka, schema_registry=stack.registry_url,
+                        slot=prefix, topic_prefix=prefix, heartbeat_interval=1.0,
+                        snapshot_workers=1)
+        capture = CaptureThread(**(settings | overrides)).start()
+        running.append(capture)
+        return capture
+
+    yield start_one
+    for capture in running:
+        if capture.thread.is_alive():
+            capture.stop()
+
+
+# A snapshot in small chunks, by two workers: stopped mid-way in the tests that stop it.
+CHUNK_PAGES = 40
+WORKERS = 2
+
+
+def start_capture(stack, source, prefix, log):
+    """`bottler capture` as a child process in a process group of its own, output to ``log``,
+    its snapshot in chunks of CHUNK_PAGES by WORKERS workers."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "bottler", "capture", "-d", source, "-s", prefix,
+         "-b", stack.kafka, "-r", stack.registry_url, "-p", prefix,
+         "--snapshot-workers", str(WORKERS), "--snapshot-chunk-pages", str(CHUNK_PAGES),
+         "--heartbeat-interval", "1"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )

@@ -25,7 +25,8 @@ from materializers.translators import Event, Output, RowChange, Translator
 from materializers.translators.runner import TranslatorRunner
 from schemas import control
 from schemas.serde import AvroEncoder
-from tests.support import in_thread, own_topics, read_committed, wait_for
+from tests.support.topics import own_topics, read_committed
+from tests.support.waiting import in_thread, wait_for
 
 VALUE = {"type": "record", "name": "t", "namespace": "public", "pg.schema": "public",
          "pg.table": "t", "fields": [{"name": "id", "type": "int"},

@@ -13,7 +13,7 @@ from pathlib import Path
 from compose.kafka import KafkaNode, new_cluster_id
 from compose.procs import free_port
 from compose.services import kafka_ready
-from tests.support import wait_for
+from tests.support.waiting import wait_for
 
 
 class OwnKafka:

@@ -13,7 +13,7 @@ from materializers.search import indices
 from materializers.search.client import SearchClient
 from materializers.search.documents import TABLE_FIELD
 from materializers.search.sink import SearchSink
-from tests.test_conformance import Adapter
+from tests.support.conformance import Adapter
 
 
 def documents(sink: SearchSink, table: TableId) -> list[dict[str, Any]]:

@@ -1,12 +1,21 @@
-"""What the search tests ask of the search API, over bottler's own REST client (the official
-``elasticsearch`` client refuses OpenSearch, the embedded stack's engine)."""
+"""The search API's client (the `client` fixture), and what the search tests ask of the API,
+over bottler's own REST client (the official ``elasticsearch`` client refuses OpenSearch, the
+embedded stack's engine)."""
 
 from __future__ import annotations
 
 from typing import Any
 from urllib.parse import quote
 
+import pytest
+
 from materializers.search.client import SearchClient
+
+
+@pytest.fixture
+def client(stack) -> SearchClient:
+    """A client of the stack's search API."""
+    return SearchClient(stack.search_url)
 
 
 def hits(client: SearchClient, index: str, query: dict[str, Any] | None = None,

@@ -1,108 +1,17 @@
-"""Helpers for end-to-end tests: fresh source databases, reading topics back, waiting."""
+"""Topics read back: every message, what a read_committed consumer sees, decoded with the
+registry, as the table a compacted topic describes; table topics owned as a capture owns them."""
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
-import psycopg
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-
-def wait_snapshot_done(capture, log, metrics_port: int, timeout: float) -> None:
-    """Wait until the capture process ``capture`` (its output in ``log``) says on its metrics
-    endpoint that its snapshot is complete; fail with its log's end should it exit first."""
-    import httpx
-
-    def done() -> bool:
-        assert capture.poll() is None, log.read_text()[-3000:]
-        try:
-            page = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=1).text
-        except httpx.HTTPError:
-            return False
-        return "bottler_capture_snapshot_complete 1.0" in page
-
-    wait_for(done, timeout, "the capture's snapshot")
-
-
-def wait_for(predicate: Callable[[], object], timeout: float = 30, what: str = "condition"):
-    from tests.capture_support import CaptureThread
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        CaptureThread.raise_failures()
-        if result := predicate():
-            return result
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-class WriteLoad(threading.Thread):
-    """Commits small transactions against ``dsn`` until stopped: each a ``transaction(conn,
-    rnd)`` of the subclass, then its ``after_commit(conn)``; ``commits`` counts them and an
-    exception ends the load and waits in ``error`` for the test to report it."""
-
-    seed = 0
-    pause = 0.003  # seconds between transactions
-
-    def __init__(self, dsn: str):
-        super().__init__(daemon=True)
-        self.dsn = dsn
-        self.stopped = threading.Event()
-        self.commits = 0
-        self.error: BaseException | None = None
-
-    def transaction(self, conn: psycopg.Connection, rnd) -> None:
-        raise NotImplementedError
-
-    def after_commit(self, conn: psycopg.Connection) -> None:
-        pass
-
-    def run(self) -> None:
-        import random
-
-        rnd = random.Random(self.seed)
-        try:
-            with psycopg.connect(self.dsn, autocommit=True) as conn:
-                while not self.stopped.is_set():
-                    with conn.transaction():
-                        self.transaction(conn, rnd)
-                    self.commits += 1
-                    self.after_commit(conn)
-                    time.sleep(self.pause)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            self.error = exc
-
-
-def with_database(dsn: str, name: str) -> str:
-    return dsn.rsplit("/", 1)[0] + "/" + name
-
-
-@contextmanager
-def fresh_database(admin_dsn: str) -> Iterator[str]:
-    """A new empty database; on exit its slots are dropped and it is removed."""
-    name = f"src_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(f"create database {name}")
-    try:
-        yield with_database(admin_dsn, name)
-    finally:
-        with psycopg.connect(admin_dsn, autocommit=True) as conn:
-            for (slot, pid) in conn.execute(
-                "select slot_name, active_pid from pg_replication_slots where database = %s",
-                (name,),
-            ).fetchall():
-                if pid:
-                    conn.execute("select pg_terminate_backend(%s)", (pid,))
-                    time.sleep(0.5)
-                conn.execute("select pg_drop_replication_slot(%s)", (slot,))
-            conn.execute(f"drop database {name} with (force)")
+from tests.support.waiting import wait_for
 
 
 def read_topic(bootstrap: str, topic: str) -> list:
@@ -176,32 +85,6 @@ def read_committed(bootstrap: str, topic: str, isolation: str = "read_committed"
         consumer.close()
 
 
-@contextmanager
-def in_thread(run: Callable[[threading.Event], object]) -> Iterator[list[BaseException]]:
-    """``run(stop)`` (a reader's or runner's loop) in a thread for the body of the ``with``.
-    Yields the list its exception lands in, for the test to check while it waits; on exit sets
-    ``stop``, waits for the thread and raises that exception."""
-    stop = threading.Event()
-    failure: list[BaseException] = []
-
-    def target():
-        try:
-            run(stop)
-        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
-            failure.append(exc)
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    try:
-        yield failure
-    finally:
-        stop.set()
-        thread.join(60)
-    assert not thread.is_alive()
-    if failure:
-        raise failure[0]
-
-
 class Decoder:
     """Decodes with confluent-kafka's own AvroDeserializer (what any consumer would use)."""
 
@@ -227,34 +110,6 @@ class Decoder:
             else:
                 state[key] = value
         return state
-
-
-def wait_streaming(dsn: str, slot: str, timeout: float = 60) -> None:
-    """Wait until a capture streams from ``slot`` (its snapshot, if any, is complete).
-
-    The slot is active during the snapshot too (the connection that exported the snapshot holds
-    it, its walsender in state `startup`); only START_REPLICATION moves the walsender on to
-    `catchup` and `streaming`."""
-
-    def active():
-        with psycopg.connect(dsn) as conn:
-            return conn.execute(
-                "select r.state in ('catchup', 'streaming') from pg_replication_slots s"
-                " join pg_stat_replication r on r.pid = s.active_pid where s.slot_name = %s",
-                (slot,)).fetchone() == (True,)
-
-    wait_for(active, timeout, f"a capture streaming from slot {slot}")
-
-
-def execute(dsn: str, *statements: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
-
-
-def rows(dsn: str, query: str) -> list[tuple]:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute(query).fetchall()
 
 
 def topic_state(stack, topic: str, expected_keys: int | None = None) -> dict:
@@ -289,3 +144,14 @@ def own_topics(bootstrap: str, prefix: str, *tables: tuple[str, str, list[str]])
     for schema, table, key in tables:
         owner.claim(schema, table, table_topic(prefix, schema, table), key)
     state.close()
+
+
+def copied(stack, topic: str) -> int:
+    """Messages in ``topic`` (one partition), from its end offset."""
+    consumer = Consumer({"bootstrap.servers": stack.kafka, "group.id": f"c-{uuid.uuid4().hex}"})
+    try:
+        if topic not in consumer.list_topics(timeout=10).topics:
+            return 0
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    finally:
+        consumer.close()

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from compose.procs import free_port
-from tests.kafka_node import OwnKafka
+from tests.support.kafka_node import OwnKafka
 
 ADMIN = "admin"
 

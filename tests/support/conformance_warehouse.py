@@ -20,7 +20,7 @@ def rows(sink: DeltaSink, table: TableId, columns: Sequence[str]) -> list[tuple]
 
 
 def adapter(request, cleanup):
-    from tests.test_conformance import Adapter
+    from tests.support.conformance import Adapter
 
     tmp = request.getfixturevalue("tmp_path")
     count = iter(range(1_000_000))
