@@ -76,6 +76,24 @@ def test_memory_sink_applies_in_order_only_on_flush_and_stores_offsets():
     assert len(sink.rows("public", "t")) == 3
 
 
+def test_a_barrier_moves_only_the_partitions_not_at_it_and_discovery_lists_what_a_view_reads():
+    from types import SimpleNamespace
+
+    from materializers.core.ownership import discover
+    from materializers.core.positions import follow
+
+    stand = {("t", 0): 5, ("t", 1): 9, ("t", 2): 3}
+    barrier = {("t", 0): 5, ("t", 1): 7, ("t", 2): 4, ("t", 3): 2}
+    # at it already: not moved; past it: replayed from it; short of it or unknown: moved on
+    assert follow("v", barrier, stand.get, stand) == {("t", 1): 7, ("t", 2): 4, ("t", 3): 2}
+
+    meta = SimpleNamespace(topics={name: SimpleNamespace(partitions={1: None, 0: None})
+                                   for name in ("p.a", "p.b", "p._bottler.truncate", "other")})
+    client = SimpleNamespace(list_topics=lambda timeout: meta)
+    assert discover(client, {"p.b"}.__contains__, "p._bottler.truncate") == [
+        ("p._bottler.truncate", 0), ("p._bottler.truncate", 1), ("p.b", 0), ("p.b", 1)]
+
+
 def test_lag_tracker_caught_up_needs_every_partition_at_its_watermark():
     tracker = LagTracker("unit")
     assert not tracker.check()  # nothing assigned is not caught up

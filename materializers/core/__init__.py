@@ -1,5 +1,6 @@
-"""The materializer core: the Sink protocol, the consumer loop, and what every loop shares
-(positions.py, poison.py, watermarks.py); docs/materializers.md shows how they fit."""
+"""The materializer core: the Sink protocol, the consumer loop's skeleton (consumer.py) and the
+replica's and search view's loop on it (loop.py), and what every loop shares (positions.py,
+poison.py, watermarks.py, ownership.py, clients.py); docs/materializers.md shows how they fit."""
 
 from materializers.core.changes import Change, Op, TableId, TopicPartition, freeze, table_of
 from materializers.core.decode import DecodeError, Decoder

@@ -7,6 +7,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from common.kafka import Connection, await_topics, client_config
+from materializers.core.clients import producer_config
 
 CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1"}  # kept until someone replays it
 
@@ -42,4 +43,4 @@ def ensure_topic(bootstrap: Connection, topic: str) -> None:
 def producer(bootstrap: Connection, topic: str) -> Producer:
     """An idempotent producer for the dead-letter ``topic``, created first if missing."""
     ensure_topic(bootstrap, topic)
-    return Producer({**client_config(bootstrap), "enable.idempotence": True})
+    return Producer(producer_config(bootstrap))

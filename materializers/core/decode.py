@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import struct
 from dataclasses import dataclass
 from typing import Any
 
 import fastavro
+from confluent_kafka import Message
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from common.registry_client import Registry, registry_client
-from materializers.core.changes import TableId
+from materializers.core.changes import Change, TableId, table_of
 from schemas.avro_reader import Reader, compile_reader
 from schemas.avro_schema import without_logical_types
 from schemas.serde import split
 from schemas.temporal import logical_temporal
+
+log = logging.getLogger(__name__)
 
 _FRAME = 5  # Confluent's framing: magic byte 0, then the schema id (4 bytes, big-endian)
 _ID = struct.Struct(">I")
@@ -136,3 +140,54 @@ def truncate_event(decoder: Decoder, data: bytes | None) -> tuple[str, TableId, 
         return event["topic"], TableId(event["schema"], event["table"]), barrier
     except (DecodeError, KeyError, TypeError, ValueError) as exc:
         raise DecodeError(f"invalid truncate event: {exc}") from None
+
+
+class ChangeReader:
+    """A table topic's messages as changes, for the loop named ``name``: key and value decoded
+    (the key from the value where it can: :meth:`Decoder.decode_key`), the table named by the
+    writer schema's ``pg.table`` (kept per schema id)."""
+
+    def __init__(self, decoder: Decoder, name: str):
+        self.decoder = decoder
+        self.name = name
+        self._tables: dict[int, TableId | None] = {}  # writer schema id -> its table
+
+    def change(self, msg: Message) -> Change | None:
+        """The change a message carries; None for a message of a topic that is not a table
+        topic (passed over); DecodeError for one that cannot be decoded."""
+        key, value = msg.key(), msg.value()
+        vschema, vdatum = self.decoder.decode(value) if value is not None else (None, None)
+        kschema, kdatum = (self.decoder.decode_key(key, vdatum) if key is not None
+                           else (None, None))
+        if kschema is None and vschema is None:
+            raise DecodeError("a message with neither key nor value")
+        if (kdatum is not None and kdatum.__class__ is not dict) or (
+                vdatum is not None and vdatum.__class__ is not dict):
+            for datum in (kdatum, vdatum):
+                if datum is not None and not isinstance(datum, dict):
+                    raise DecodeError(f"not an Avro record: {type(datum).__name__}")
+        writer = vschema if vschema is not None else kschema
+        table = self._tables.get(writer.id, False)
+        if table is False:
+            table = self._tables[writer.id] = self._table_of(msg.topic(), writer.schema)
+        if table is None:
+            return None
+        return Change(
+            msg.topic(), table, "upsert" if vdatum is not None else "delete",
+            kdatum, vdatum, msg.partition(), msg.offset(),
+            kschema.id if kschema else None,
+            vschema.id if vschema else None,
+            kschema.schema if kschema else None,
+            vschema.schema if vschema else None,
+            None, msg.timestamp()[1],
+        )
+
+    def _table_of(self, topic: str, schema: dict) -> TableId | None:
+        """The source table of a writer schema; None for a topic that is not a table topic
+        (its records lack the capture's ``pg.table``: business events that a translator writes
+        under the same prefix, say), whose messages are passed over."""
+        if "pg.table" not in schema:
+            log.warning("%s: %s is not a table topic (its records have no pg.table attribute):"
+                        " passed over", self.name, topic)
+            return None
+        return table_of(schema)

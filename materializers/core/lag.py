@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterable
+from typing import Any
 
 from materializers.core import metrics
 from materializers.core.changes import TopicPartition
@@ -113,3 +114,33 @@ class LagTracker:
             self.caught_up.set()
             metrics.CAUGHT_UP.labels(self.name).set(1)
         return done
+
+
+class ProgressBar:
+    """A rebuild's progress on the terminal (rich), from a tracker's totals: shown while a
+    view rebuilds from offset 0, gone once caught up."""
+
+    def __init__(self, name: str, tracker: LagTracker):
+        self.name = name
+        self.tracker = tracker
+        self._bar: Any = None
+
+    def show(self) -> bool:
+        """Update the bar; False once caught up (the bar closed)."""
+        if self._bar is None:
+            from rich.progress import Progress
+
+            self._bar = Progress(transient=False)
+            self._bar.start()
+            self._task = self._bar.add_task(f"rebuilding {self.name}", total=None)
+        done, total = self.tracker.totals()
+        self._bar.update(self._task, completed=done, total=total or None)
+        if self.tracker.caught_up.is_set():
+            self.close()
+            return False
+        return True
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None

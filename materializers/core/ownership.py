@@ -7,6 +7,10 @@ with; :meth:`OwnedTopics.refresh`, called with each look for new topics, reads t
 capture added since (a table it started capturing later). A capture that predates the records
 has written none: the view then reads nothing and says so in one line, until the capture is
 restarted with a version that writes them (or the view is given its topics with ``--topic``).
+
+:func:`discover` is the one look for the partitions a view reads, with either predicate: the
+consumer loop's, the translator's (its inputs) and the warehouse's (its driver and its stream's
+planner).
 """
 
 from __future__ import annotations
@@ -14,11 +18,14 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from common.kafka import Connection, reader_config
+from materializers.core.changes import TopicPartition
 from schemas import ownership
 from schemas.topics import STATE, with_prefix
 
@@ -26,6 +33,20 @@ log = logging.getLogger(__name__)
 
 _MISSING = (KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART,
             KafkaError._UNKNOWN_TOPIC)
+
+
+def discover(client: Any, is_table_topic: Callable[[str], bool],
+             truncate_topic: str | None = None) -> list[TopicPartition]:
+    """The partitions of the topics the view reads, sorted: its table topics' (``is_table_topic``,
+    refreshed first when it is an :class:`OwnedTopics`) and the truncate topic's. ``client``:
+    a consumer or an admin client (anything with ``list_topics``); the broker's topics are
+    listed all at once (asking for one by name may create it)."""
+    metadata = client.list_topics(timeout=10)
+    if isinstance(is_table_topic, OwnedTopics):
+        is_table_topic.refresh(metadata.topics)
+    return sorted((topic, p) for topic, meta in metadata.topics.items()
+                  if topic == truncate_topic or is_table_topic(topic)
+                  for p in meta.partitions)
 
 
 class OwnedTopics:
@@ -109,14 +130,14 @@ class OwnedTopics:
         return self._consumer
 
     def _read(self) -> None:
-        partition = TopicPartition(self.topic, 0)
+        partition = KafkaTopicPartition(self.topic, 0)
         _, high = self._client().get_watermark_offsets(partition, timeout=10, cached=False)
         if high < self._position:  # the topic was deleted and created again: read it anew
             self._records.clear()
             self._position = 0
         if self._position < high:
             # assigned only while read: nothing to fetch between two reads
-            self._consumer.assign([TopicPartition(self.topic, 0, self._position)])
+            self._consumer.assign([KafkaTopicPartition(self.topic, 0, self._position)])
             try:
                 self._read_to(high)
             finally:
@@ -125,7 +146,7 @@ class OwnedTopics:
         self.complete = self.complete or self._position >= high
 
     def _read_to(self, high: int) -> None:
-        partition = TopicPartition(self.topic, 0)
+        partition = KafkaTopicPartition(self.topic, 0)
         deadline = time.monotonic() + 10
         while self._position < high:
             msg = self._consumer.poll(0.5)

@@ -18,7 +18,7 @@ them again). Replays are harmless: writes are idempotent.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 
 from confluent_kafka import Message
 
@@ -39,6 +39,23 @@ def barrier(decoder: Decoder, msg: Message, is_table_topic: Callable[[str], bool
                     partition=msg.partition(), offset=msg.offset(), barrier=offsets,
                     timestamp=msg.timestamp()[1])
     return change, {(topic, partition): offset for partition, offset in offsets.items()}
+
+
+def follow(name: str, barrier: Mapping[TopicPartition, int],
+           position: Callable[[TopicPartition], int | None],
+           held: Container[TopicPartition]) -> dict[TopicPartition, int]:
+    """The positions a truncate's ``barrier`` moves: each of its partitions not at the barrier
+    already (``position``: where the view stands, None if unknown). A ``held`` partition past
+    its barrier is replayed from it (said in the log); the caller moves its reader."""
+    moves: dict[TopicPartition, int] = {}
+    for tp, offset in barrier.items():
+        current = position(tp)
+        if current is not None and current == offset:
+            continue
+        moves[tp] = offset
+        if current is not None and current > offset and tp in held:
+            log.info("%s: truncate of %s: replaying %s[%d] from %d", name, tp[0], *tp, offset)
+    return moves
 
 
 def lost_ends(positions: Mapping[TopicPartition, int],

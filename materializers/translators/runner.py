@@ -18,15 +18,15 @@ during which the assignment changed is void. Each assigned partition resumes fro
 committed with the last transaction that consumed it, with the keyed state of its keys read
 again from the changelog (another instance may have moved them since).
 
-From the core: the poison policy (its dead letters go through the batch's transaction), the
-watermark reads (a broker restart is a pause) and the replay of an input that lost its log end
-(materializers/core/poison.py, watermarks.py, positions.py). Inputs are table topics only: a
-translator sees row changes, never truncate events, so it has no barriers to follow.
+From the core: the consumer loop's skeleton (materializers/core/consumer.py: assignment, the
+refetch after a rebalance, the watermark reads, a broker restart being a pause, and the replay of
+an input that lost its log end) and the poison policy (poison.py; its dead letters go through the
+batch's transaction). Inputs are table topics only: a translator sees row changes, never
+truncate events, so it has no barriers to follow.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -46,23 +46,18 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from common.errors import BottlerError
 from common.kafka import Connection, await_topics, client_config, denied, is_denied
 from common.registry_client import Registry, registry_client
-from materializers.core import dead_letters, positions, watermarks
+from materializers.core import clients, dead_letters, watermarks
 from materializers.core import metrics as core_metrics
-from materializers.core.changes import TopicPartition, table_of
-from materializers.core.decode import DecodeError, Decoder
-from materializers.core.lag import LagTracker
-from materializers.core.loop import GROUP_SETTINGS
+from materializers.core.changes import TopicPartition
+from materializers.core.consumer import ConsumerLoop
+from materializers.core.decode import Decoder
+from materializers.core.ownership import discover
 from materializers.core.poison import DeadLetters, PoisonPolicy
 from materializers.translators import metrics
-from materializers.translators.api import RowChange, Source, Translator
-from materializers.translators.encoding import EncodeError, EventEncoder
-from materializers.translators.state import (
-    DELETED,
-    LSN_HEADER,
-    PARTITION_HEADER,
-    KeyedState,
-    state_key,
-)
+from materializers.translators.api import Translator
+from materializers.translators.encoding import EventEncoder
+from materializers.translators.state import KeyedState
+from materializers.translators.translate import MessageTranslator
 from schemas.topics import CONTROL, DEAD_LETTER, with_prefix
 
 log = logging.getLogger(__name__)
@@ -74,7 +69,7 @@ def default_group_id(name: str, prefix: str = "") -> str:
     return with_prefix(prefix, f"bottler-translate-{name}")
 
 
-class TranslatorRunner:
+class TranslatorRunner(ConsumerLoop):
     """Runs one :class:`Translator`.
 
     Input topics are the translator's inputs under ``topic_prefix`` (the capture's
@@ -113,14 +108,14 @@ class TranslatorRunner:
             raise BottlerError("a translator sharing its group (--join-group) needs an "
                                "--instance-id", "give each instance a stable name, e.g. "
                                "--instance-id orders-1, and restart it under that name")
-        self.join_group = join_group
+        group_id = group_id or default_group_id(translator.name, topic_prefix)
+        super().__init__(group_id, bootstrap=bootstrap, group_id=group_id,
+                         join_group=join_group, watermark_interval=watermark_interval,
+                         truncate_topic=None)
         self.instance_id = instance_id
-        self._generation = 0  # assignments so far (a rebalance during a consume voids it)
         self._held: set[TopicPartition] = set()  # as of the last assignment, state current
         self.translator = translator
-        self.bootstrap = bootstrap
         self.registry = registry_client(registry)
-        self.group_id = group_id or default_group_id(translator.name, topic_prefix)
         # In the batch's transaction: a dead letter, too, is written exactly once.
         self.dead_letters = DeadLetters(on_poison, name=self.group_id, bootstrap=bootstrap,
                                         topic=with_prefix(topic_prefix, DEAD_LETTER),
@@ -135,73 +130,23 @@ class TranslatorRunner:
         self.changelog = with_prefix(topic_prefix, f"{CONTROL}state.{self.group_id}")
         self.dead_letter_topic = self.dead_letters.topic
         self.state = KeyedState(self.changelog)
-        self.tracker = LagTracker(self.group_id)
         self.decoder = Decoder(self.registry)
-        self._encoder: EventEncoder | None = None
-        self._consumer_config = {
-            **client_config(bootstrap),
-            "group.id": self.group_id,
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": False,
-            "error_cb": self._client_error,
-            # several instances: static membership (see materializers/core/loop.py)
-            **({**GROUP_SETTINGS, "group.instance.id": instance_id, "client.id": instance_id}
-               if join_group else {}),
-            **(consumer_config or {}),
-        }
-        self._producer_config = {
-            **client_config(bootstrap),
+        self._messages: MessageTranslator | None = None  # made with the encoder, at start
+        self._consumer_config = clients.consumer_config(
+            bootstrap, self.group_id, join_group=join_group, instance_id=instance_id,
+            client_id=instance_id, overrides=consumer_config, ours={
+                "isolation.level": "read_committed", "error_cb": self._client_error})
+        self._producer_config = clients.producer_config(bootstrap, **{
             "transactional.id": f"{self.group_id}.{instance_id}" if join_group else self.group_id,
-            "enable.idempotence": True,
             "acks": "all",
             "partitioner": "murmur2_random",  # Java's: the events of a key in one partition
             "linger.ms": 5,
             "transaction.timeout.ms": transaction_timeout_ms,
             "error_cb": self._client_error,
             **(producer_config or {}),
-        }
-        self._consumer: Consumer | None = None
+        })
         self._producer: Producer | None = None
-        self._position: dict[TopicPartition, int] = {}
-        self._events: dict[str, int] = {}  # events of the open transaction, per topic
         self._broker_was_away = False  # a connection was lost, or a watermark read failed
-        self._watermarks = watermarks.Schedule(watermark_interval)
-
-    # -- public API ---------------------------------------------------------------------
-
-    @property
-    def caught_up(self) -> threading.Event:
-        """Set once every input partition's committed position reached its high watermark."""
-        return self.tracker.caught_up
-
-    def lag(self) -> dict[TopicPartition, int | None]:
-        return self.tracker.lag()
-
-    def run(self, stop_event: threading.Event | None = None) -> None:
-        """Translate until ``stop_event`` is set (waiting first for the input topics)."""
-        stop = stop_event or threading.Event()
-        try:
-            if not self._open(stop):
-                return
-            while not stop.is_set():
-                self.step()
-        finally:
-            self._close()
-
-    def run_until_caught_up(self, timeout: float | None = None) -> None:
-        """Translate until :attr:`caught_up`; TimeoutError after ``timeout`` seconds."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        never = threading.Event()
-        try:
-            self._open(never, deadline)
-            while not self.caught_up.is_set():
-                if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(f"not caught up after {timeout}s: lag {self.lag()}")
-                self.step()
-        finally:
-            self._close()
 
     # -- start and stop -----------------------------------------------------------------
 
@@ -211,7 +156,10 @@ class TranslatorRunner:
         if partitions is None:
             return False
         self._create_topics(admin)
-        self._encoder = EventEncoder(self.registry, list(self.translator.outputs), self.outputs)
+        self._messages = MessageTranslator(
+            self.translator, self.decoder, self.state, self.dead_letters, self.changelog,
+            EventEncoder(self.registry, list(self.translator.outputs), self.outputs),
+            producer=lambda: self._producer, name=self.group_id)
         # First the producer: initialising it fences any predecessor and aborts its open
         # transaction, so what the changelog and the committed offsets hold is final.
         self._new_producer()
@@ -221,8 +169,7 @@ class TranslatorRunner:
         self._watermarks.reset()
         if self.join_group:  # partitions and state come with each assignment
             self._held = set()
-            self._consumer.subscribe(self.inputs, on_assign=self._assigned_by_group,
-                                     on_revoke=self._revoked, on_lost=self._lost)
+            self._subscribe_to(self.inputs)
             log.info("%s: instance %s translating %s into %s, sharing the partitions in its "
                      "group", self.group_id, self.instance_id, ", ".join(self.inputs),
                      ", ".join(self.outputs.values()))
@@ -230,16 +177,9 @@ class TranslatorRunner:
         if self.translator.keep_previous:
             self.state.restore(self.bootstrap)
             metrics.STATE_ROWS.labels(self.group_id).set(len(self.state))
-        # Partitions are assigned by hand, at the offsets committed with the last transaction
-        # (none yet: the beginning): no group rebalance to wait for after a kill.
-        committed = self._consumer.committed(
-            [KafkaTopicPartition(t, p) for t, p in partitions], timeout=30)
-        for tp in committed:
-            if tp.offset < 0:
-                tp.offset = OFFSET_BEGINNING
-        self._consumer.assign(committed)
-        start = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in committed}
-        self._position = dict(start)
+        # Partitions are assigned by hand: no group rebalance to wait for after a kill.
+        start = self._assign_committed(self._consumer,
+                                       [KafkaTopicPartition(t, p) for t, p in partitions])
         self.tracker.assign(start)
         log.info("%s: translating %s into %s from %s", self.group_id, ", ".join(self.inputs),
                  ", ".join(self.outputs.values()),
@@ -251,12 +191,7 @@ class TranslatorRunner:
         """A rebalance gave this instance ``partitions`` (all it holds: eager). The instance
         that held them before committed its last transaction before giving them up (or, killed,
         had it aborted by its restart): the committed offsets and the changelog are final."""
-        self._generation += 1
-        committed = consumer.committed(partitions, timeout=30) if partitions else []
-        for tp in committed:
-            if tp.offset < 0:
-                tp.offset = OFFSET_BEGINNING
-        keys = {(tp.topic, tp.partition) for tp in committed}
+        keys = {(tp.topic, tp.partition) for tp in partitions}
         # The rows of partitions held before are ours, current; those of the partitions gained
         # are read again: every live instance finished its transaction before this assignment,
         # so only a killed one's open transaction can hold the changelog's stable end back, and
@@ -265,29 +200,36 @@ class TranslatorRunner:
             self.state.restore(self.bootstrap, gained, merge=True)
             metrics.STATE_ROWS.labels(self.group_id).set(len(self.state))
         self._held = keys
-        consumer.assign(committed)
-        start = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in committed}
-        self._position = dict(start)
+        start = self._assign_committed(consumer, partitions)
         self.tracker.revoke(self.tracker.partitions)
         self.tracker.assign(start)
         self._watermarks.reset()
         log.info("%s: holds %s", self.instance_id, ", ".join(
             f"{t}[{p}]@{o}" for (t, p), o in sorted(start.items())) or "no partition")
 
-    def _revoked(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
-        """Partitions go to another instance: between two transactions (callbacks run inside
-        ``consume``), so everything translated of them is committed already."""
-        self._generation += 1
-        keys = [(tp.topic, tp.partition) for tp in partitions]
-        self.tracker.revoke(keys)
-        for key in keys:
-            self._position.pop(key, None)
+    def _assign_committed(self, consumer: Consumer, partitions: list[KafkaTopicPartition]
+                          ) -> dict[TopicPartition, int]:
+        """Assign ``partitions`` at the offsets committed with the last transaction that
+        consumed them (none yet: the beginning); where each starts."""
+        committed = consumer.committed(partitions, timeout=30) if partitions else []
+        for tp in committed:
+            if tp.offset < 0:
+                tp.offset = OFFSET_BEGINNING
+        consumer.assign(committed)
+        start = {(tp.topic, tp.partition): max(tp.offset, 0) for tp in committed}
+        self._position = dict(start)
+        self._assigned = set(start)
+        return start
 
-    def _lost(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
+    # Partitions revoked go to another instance between two transactions (callbacks run inside
+    # ``consume``): everything translated of them is committed already.
+
+    def _on_group_lost(self, consumer: Consumer,
+                       partitions: list[KafkaTopicPartition]) -> None:
         """Partitions taken away without a revoke (this instance was out of the group for too
         long): another instance may have translated them since, so their state is read again
         should they come back."""
-        self._revoked(consumer, partitions)
+        super()._on_group_lost(consumer, partitions)
         self._held -= {(tp.topic, tp.partition) for tp in partitions}
 
     def _wait_for_inputs(self, admin: AdminClient, stop: threading.Event,
@@ -296,10 +238,10 @@ class TranslatorRunner:
         None if stopped first. Asks for every topic: asking for one by name may create it."""
         next_log = time.monotonic()
         while not stop.is_set():
-            topics = admin.list_topics(timeout=10).topics
-            missing = [t for t in self.inputs if t not in topics]
+            found = discover(admin, set(self.inputs).__contains__)
+            missing = [t for t in self.inputs if t not in {tp[0] for tp in found}]
             if not missing:
-                return [(t, p) for t in self.inputs for p in sorted(topics[t].partitions)]
+                return found
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"input topics {', '.join(missing)} do not exist")
             if time.monotonic() >= next_log:
@@ -348,34 +290,16 @@ class TranslatorRunner:
         """One batch: consume, then translate and commit it in one transaction."""
         assert self._consumer is not None, "run() opens the consumer"
         messages = []
-        generation = self._generation
-        consumed = self._consumer.consume(self.batch_size, self.batch_timeout)
-        if generation != self._generation:  # a rebalance within the consume: void
-            self._refetch(consumed)
-            consumed = []
-        for msg in consumed:
+        for msg in self._consume(self.batch_timeout)[0]:
             error = msg.error()
             if error is None:
                 messages.append(msg)
-            elif error.fatal():
-                raise KafkaException(error)
-            elif is_denied(error):
-                raise self._denied(error, msg.topic())
-            elif error.code() != KafkaError._PARTITION_EOF:
-                log.warning("%s: %s", self.group_id, error.str())
+            else:
+                self._kafka_error(error, msg.topic())
         if messages:
             self._transact(messages)
         self._refresh_watermarks(force=len(messages) < self.batch_size)
         self.tracker.check()
-
-    def _refetch(self, messages: list[Message]) -> None:
-        """Messages of a consume during which the assignment changed may come from before it:
-        the partitions held now that they came from are read again from our positions."""
-        for tp in {(m.topic(), m.partition()) for m in messages if m.error() is None}:
-            if tp in self._position:
-                # not fetching yet (KafkaException): it starts at the assigned offset, ours
-                with contextlib.suppress(KafkaException):
-                    self._consumer.seek(KafkaTopicPartition(*tp, self._position[tp]))
 
     def _new_producer(self) -> None:
         if self._producer is not None:
@@ -398,11 +322,11 @@ class TranslatorRunner:
             self._new_producer()
         producer = self._producer
         assert producer is not None
-        self._events = {}
+        self._messages.events = {}
         producer.begin_transaction()
         try:
             for msg in messages:
-                self._translate(msg)
+                self._messages.translate(msg)
             offsets: dict[TopicPartition, int] = {}
             for msg in messages:
                 offsets[(msg.topic(), msg.partition())] = msg.offset() + 1
@@ -435,17 +359,13 @@ class TranslatorRunner:
             self._position[tp] = offset
             self.tracker.advance(tp, offset)
         core_metrics.BATCHES.labels(self.group_id).inc()
-        for topic, n in self._events.items():
+        for topic, n in self._messages.events.items():
             metrics.EVENTS.labels(self.group_id, topic).inc(n)
         if self.translator.keep_previous:
             metrics.STATE_ROWS.labels(self.group_id).set(len(self.state))
 
-    def _denied(self, error: KafkaError, topic: str | None) -> BottlerError:
-        """A refusal under the broker's ACLs, named by what it refused."""
-        if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED and topic:
-            return denied(self.bootstrap, "READ", f"topic {topic}", error)
-        if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
-            return denied(self.bootstrap, "READ", f"consumer group {self.group_id}", error)
+    def _denied_otherwise(self, error: KafkaError) -> BottlerError:
+        """A refusal of what the translator writes."""
         if error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
             return denied(self.bootstrap, "WRITE",
                           f"transactional id {self._producer_config['transactional.id']}", error)
@@ -475,120 +395,5 @@ class TranslatorRunner:
         for (topic, partition), offset in first.items():
             self._consumer.seek(KafkaTopicPartition(topic, partition, offset))
 
-    # -- one message --------------------------------------------------------------------
-
-    def _translate(self, msg: Message) -> None:
-        try:
-            kschema, key = self._decode(msg.key())
-            vschema, row = self._decode(msg.value())
-            if kschema is None and vschema is None:
-                raise DecodeError("a message with neither key nor value")
-        except DecodeError as exc:
-            self.dead_letters.message(msg, str(exc), "DecodeError")
-            return
-        before = None
-        source = _source(msg)
-        if self.translator.keep_previous and key is not None:
-            skey = state_key(msg.topic(), key)
-            previous, previous_lsn = self.state.get(skey) or (DELETED, None)
-            if source.lsn is not None and previous_lsn is not None and \
-                    source.lsn <= previous_lsn:
-                return  # a replay of a change translated before (the capture is at-least-once)
-            if previous != DELETED:
-                before = self._previous_row(msg, previous)
-            op = "delete" if row is None else ("update" if before is not None else "insert")
-            entry = (DELETED if row is None else msg.value(), source.lsn)
-            if entry != (previous, previous_lsn):
-                self.state.stage(skey, entry)
-                self._produce(self.changelog, skey, entry[0], [
-                    (PARTITION_HEADER, str(msg.partition()).encode()),
-                    *(() if source.lsn is None else [(LSN_HEADER, str(source.lsn).encode())])])
-        else:
-            op = "delete" if row is None else ("upsert" if key is not None else "insert")
-        writer = vschema if vschema is not None else kschema
-        change = RowChange(table_of(writer.schema), op, key, row, before, source)
-        try:
-            encoded = [self._encoder.encode(e) for e in self.translator.translate(change)]
-        except Exception as exc:  # noqa: BLE001 - a failure of this change, by policy
-            error = "EncodeError" if isinstance(exc, EncodeError) else type(exc).__name__
-            self.dead_letters.message(msg, f"{error}: {exc}", error)
-            return
-        headers = [
-            ("bottler.source.topic", msg.topic().encode()),
-            ("bottler.source.partition", str(msg.partition()).encode()),
-            ("bottler.source.offset", str(msg.offset()).encode()),
-        ]
-        for topic, key_bytes, value_bytes in encoded:
-            self._produce(topic, key_bytes, value_bytes, headers)
-            self._events[topic] = self._events.get(topic, 0) + 1
-        core_metrics.CHANGES.labels(self.group_id, op).inc()
-
-    def _decode(self, data: bytes | None) -> tuple[Any, dict[str, Any] | None]:
-        if data is None:
-            return None, None
-        writer, datum = self.decoder.decode(data)
-        if not isinstance(datum, dict):
-            raise DecodeError(f"not an Avro record: {type(datum).__name__}")
-        return writer, datum
-
-    def _previous_row(self, msg: Message, previous: bytes) -> dict[str, Any] | None:
-        try:
-            return self._decode(previous)[1]
-        except DecodeError as exc:  # its schema is gone from the registry: no previous row
-            log.warning("%s: the previous row of %s[%d]@%d cannot be decoded (%s): treated "
-                        "as unknown", self.group_id, msg.topic(), msg.partition(),
-                        msg.offset(), exc)
-            return None
-
-    def _produce(self, topic: str, key: bytes | None, value: bytes | None,
-                 headers: list[tuple[str, bytes]] | None = None) -> None:
-        while True:
-            try:
-                self._producer.produce(topic, value, key, headers=headers)
-                return
-            except BufferError:
-                self._producer.poll(0.05)  # the local queue is full: let deliveries drain
-
-    # -- lag ----------------------------------------------------------------------------
-
-    def _refresh_watermarks(self, force: bool) -> None:
-        if not self._watermarks.due(force, self.caught_up.is_set()):
-            return
-        gone: set[str] = set()
-        marks = watermarks.read(self._marks, self.tracker.partitions, self.group_id, gone)
-        # in a group, the group's own rebalance takes a deleted topic's partitions away
-        for tp in watermarks.drop_vanished(self._consumer, gone, list(self._position),
-                                           self.group_id, unassign=not self.join_group):
-            self._position.pop(tp, None)
-            self.tracker.revoke([tp])
-        if marks is None:  # the broker restarting: the lag waits for it
-            self._broker_was_away = True
-            return
-        lost = positions.lost_ends(self._position, {tp: h for tp, (_, h) in marks.items()})
-        for tp in positions.replayed(self.group_id, lost, self._position, None):
-            # Between transactions: the next one starts from here and commits these offsets.
-            self._consumer.seek(KafkaTopicPartition(*tp, 0))
-            self._position[tp] = 0
-            self.tracker.advance(tp, 0)
-        for tp, (low, high) in marks.items():
-            self.tracker.observe(tp, low, high)
-
-
-def _source(msg: Message) -> Source:
-    lsn = commit_time = None
-    for name, value in msg.headers() or ():
-        if name == "bottler.lsn":
-            lsn = _int(value)
-        elif name == "bottler.commit_time":
-            commit_time = _int(value)
-    timestamp_type, timestamp = msg.timestamp()
-    return Source(msg.topic(), msg.partition(), msg.offset(),
-                  timestamp if timestamp_type else None, lsn, commit_time)
-
-
-
-def _int(value: bytes | None) -> int | None:
-    try:
-        return int(value) if value else None
-    except ValueError:
-        return None
+    def _watermarks_unknown(self) -> None:  # a broker restart: a new producer after it
+        self._broker_was_away = True

@@ -14,18 +14,23 @@ gives each batch's end offsets (a trigger with nothing new runs no batch, no Spa
 3. the offset ranges up to the batch's end offsets, cut into Spark partitions of ``chunk``
    offsets;
 
-then Spark reads and decodes the ranges in parallel (source.py, or Spark's Kafka connector where
-its jars are: kafka.py) and keeps the last event per key by (partition, offset) — each range's
-read keeps its own, a window over the key when a partition spans several ranges; the executors
-stage the survivors as Parquet (staging.py), and the driver hands each
-table's files, read as a stream, after the batch's truncates, to the :class:`DeltaSink` with the
-offsets the ranges end at: one Delta commit per table, its offsets in it (sink.py). No row
-passes through the driver's Python heap. So the MERGE, the truncates and the offsets have one
-implementation, shared with the consumer loop's path.
+then Spark reads and decodes the ranges in parallel and keeps the last event per key (ranges.py);
+the executors stage the survivors as Parquet (staging.py), and the driver hands each table's
+files, read as a stream, after the batch's truncates, to the :class:`DeltaSink` with the offsets
+the ranges end at: one Delta commit per table, its offsets in it (sink.py). No row passes through
+the driver's Python heap. So the MERGE, the truncates and the offsets have one implementation,
+shared with the consumer loop's path.
 
-Poison messages (undecodable, or refused by the sink) go to ``<prefix>._bottler.dead-letter``
-or stop the job, by the core's poison policy (materializers/core/poison.py); watermarks are read
-as the core reads them (a broker restart is a pause: the batch finds nothing new).
+**What it shares with the consumer loops, and what not.** From the core it takes the topic
+discovery and ownership (core/ownership.py ``discover``), the truncate barriers and the replay of
+a lost log end (core/positions.py), the watermark reads, a broker restart being a pause
+(core/watermarks.py), and the poison policy (core/poison.py). It does not run the consumer
+skeleton (core/consumer.py): no consumer reads its table topics (Spark's executors read offset
+ranges, or Spark's Kafka source does on ``--route spark``, native.py), so there is no assignment
+to follow, no rebalance to void a batch, no refetch; Spark's streaming query decides when a batch
+runs (its trigger is the idle behaviour), and a batch's positions are where the Delta tables
+stand (their commits record the offsets: the write and the commit are one), moved by the batch's
+own plan rather than by seeking a consumer.
 """
 
 from __future__ import annotations
@@ -34,7 +39,6 @@ import functools
 import json
 import logging
 import os
-import pickle
 import shutil
 import sys
 import tempfile
@@ -52,15 +56,16 @@ from common.errors import BottlerError
 from common.kafka import Connection, reader_config
 from common.registry_client import Registry
 from materializers.core import metrics, poison, positions, watermarks
-from materializers.core.changes import Change, TopicPartition, table_of
+from materializers.core.changes import Change, TopicPartition
 from materializers.core.decode import DecodeError
-from materializers.core.ownership import OwnedTopics
+from materializers.core.ownership import OwnedTopics, discover
 from materializers.core.poison import DeadLetters
 from materializers.core.sink import Sink
-from materializers.warehouse import jvm, kafka, staging, stream
+from materializers.warehouse import jvm, staging, stream
 from materializers.warehouse.delta import DeltaWriter, writer_for
+from materializers.warehouse.ranges import RangeReading
 from materializers.warehouse.sink import DeltaSink
-from materializers.warehouse.source import NAME, KafkaRanges, decoder, option_value, read_range
+from materializers.warehouse.source import KafkaRanges, decoder, option_value, read_range
 from schemas.topics import DEAD_LETTER, TRUNCATE, table_topics, with_prefix
 
 log = logging.getLogger(__name__)
@@ -124,18 +129,6 @@ def spark_session(master: str = "local[2]", app: str = "bottler-warehouse",
     return spark
 
 
-def discover(consumer: Consumer, is_table_topic, truncate_topic: str) -> list[TopicPartition]:
-    """The partitions the job reads: its table topics' and the truncate topic's (run by the
-    driver and by the stream's planner, stream.py, each with its own copy of the capture's
-    ownership records when the job has no --topic)."""
-    metadata = consumer.list_topics(timeout=10)
-    if isinstance(is_table_topic, OwnedTopics):
-        is_table_topic.refresh(metadata.topics)
-    return sorted((topic, p) for topic, meta in metadata.topics.items()
-                  if topic == truncate_topic or is_table_topic(topic)
-                  for p in meta.partitions)
-
-
 def prefix_root(path: str | Path, prefix: str) -> Path:
     """Where a capture's Delta tables go: ``<path>/<prefix>/<schema>/<table>`` (its offsets and
     staging beside them), so two captures' same-named tables never share one; directly under
@@ -186,7 +179,7 @@ class WarehouseJob:
         self._consumer = Consumer(reader_config(bootstrap, "warehouse-planner"))
         self._marks = watermarks.Reader(bootstrap)
         self._positions: dict[TopicPartition, int] = {}  # as flushed by this job
-        self._connector: bool | None = None  # Spark's Kafka connector on the classpath
+        self._reader = RangeReading(spark, bootstrap, registry, self.decoder, self.dead_letters)
 
     def close(self) -> None:
         if self._owned is not None:
@@ -280,10 +273,7 @@ class WarehouseJob:
                                 "batch ends with the JVM (replayed at the next start)", self.name,
                                 STOP_TIMEOUT, str(exc).splitlines()[0])
             shutil.rmtree(checkpoint, ignore_errors=True)
-        if failure:
-            raise failure[0]
-        if query.exception() is not None:
-            raise RuntimeError(f"{self.name}: the streaming query failed: {query.exception()}")
+        stream.ended(query, failure, self.name)
         return total
 
     # -- one batch -----------------------------------------------------------------------
@@ -322,10 +312,10 @@ class WarehouseJob:
         delta_s = 0.0
         try:
             if stage_dir is not None:  # the Delta tables: the executors stage, delta-rs streams
-                staged = self._stage(ranges, stage_dir, result)
+                staged = self._reader.stage(ranges, stage_dir, result)
                 changes, rows = [], staged.rows if staged else 0
             else:  # nothing to read, or a sink taking changes (the core's reference sink)
-                staged, changes = None, self._read(ranges, result) if ranges else []
+                staged, changes = None, self._reader.changes(ranges, result) if ranges else []
                 rows = len(changes)
             spark_s = time.monotonic() - spark_started
             moved_any = any(start.get(tp) != o for tp, o in offsets.items())
@@ -392,59 +382,12 @@ class WarehouseJob:
                     continue
                 if found is not None:
                     change, barrier = found
-                    start.update(barrier)
-                    moved.update(barrier)
+                    moves = positions.follow(self.name, barrier, start.get, start)
+                    start.update(moves)
+                    moved.update(moves)
                     changes.append(change)
             moved[tp] = max(high[tp], start[tp])
         return changes, moved
-
-    def _deduplicated(self, ranges: list[list]) -> Any:
-        """The ranges read and decoded (one Spark partition per range of a topic-partition),
-        the last event of each key kept: a window over ``(topic, identity)``."""
-        from pyspark.sql import Window
-        from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention
-
-        if self._connector is None:
-            self._connector = kafka.available(self.spark)
-        if self._connector:  # Spark's Kafka connector, where its jars are (the Docker image)
-            frame = kafka.frame(self.spark, self.bootstrap, self.registry, ranges)
-        else:
-            frame = (self.spark.read.format(NAME).option("bootstrap", option_value(self.bootstrap))
-                     .option("registry", option_value(self.registry))
-                     .option("ranges", json.dumps(ranges)).load())
-            if len({(r[0], r[1]) for r in ranges}) == len(ranges):
-                return frame  # one range per partition: each read kept its keys' last events
-        last = Window.partitionBy("topic", "identity").orderBy(
-            F.col("partition").desc(), F.col("offset").desc())
-        return frame.withColumn("_rank", F.row_number().over(last)).where("_rank = 1") \
-            .drop("_rank")
-
-    def _read(self, ranges: list[list], result: BatchResult) -> list[Change]:
-        """The deduplicated rows collected as changes: for a sink that takes changes only."""
-        rows = self._deduplicated(ranges).collect()
-        changes = []
-        for row in sorted(rows, key=lambda r: (r["topic"], r["partition"], r["offset"])):
-            if row["op"] == "poison":
-                at = row["topic"], row["partition"], row["offset"]
-                self.dead_letters.at(*at, row["error"], "DecodeError",
-                                     lambda at=at: self._content(*at))
-                result.dead_letters += 1
-                continue
-            key, value = pickle.loads(row["payload"])  # noqa: S301 - our own executors'
-            kschema = self._schema(row["key_schema_id"])
-            vschema = self._schema(row["value_schema_id"])
-            writer = vschema if vschema is not None else kschema
-            if "pg.table" not in writer.schema:
-                continue  # not a table topic (business events, say): passed over
-            changes.append(Change(
-                row["topic"], table_of(writer.schema), row["op"], key, value, row["partition"],
-                row["offset"], kschema.id if kschema else None, vschema.id if vschema else None,
-                kschema.schema if kschema else None, vschema.schema if vschema else None,
-                None, row["timestamp"]))
-        return changes
-
-    def _schema(self, schema_id: int | None):
-        return None if schema_id is None else self.decoder.schema(schema_id)
 
     def _staging(self) -> Path | None:
         """A fresh staging directory for this batch's rows, when the sink takes staged rows."""
@@ -454,18 +397,6 @@ class WarehouseJob:
         path.mkdir(parents=True)
         return path
 
-    def _stage(self, ranges: list[list], directory: Path, result: BatchResult) -> staging.Batch:
-        """Spark: read and decode the ranges, keep the last event per key, and stage the
-        survivors as Parquet in ``directory`` (executors); the driver reads the footers."""
-        self._deduplicated(ranges).write.format(staging.NAME).mode("append") \
-            .option("dir", str(directory)).option("registry", option_value(self.registry)).save()
-        staged = staging.read(directory, self.decoder)
-        for p in sorted(staged.poison, key=lambda p: (p.topic, p.partition, p.offset)):
-            at = p.topic, p.partition, p.offset
-            self.dead_letters.at(*at, p.reason, p.error, lambda at=at: self._content(*at))
-            result.dead_letters += 1
-        return staged
-
     def _write(self, changes: list[Change], offsets: dict[TopicPartition, int],
                staged: staging.Batch | None = None) -> list[Change]:
         if staged is not None:
@@ -474,9 +405,4 @@ class WarehouseJob:
             self.sink.flush()
             return changes
         return poison.apply(self.sink, changes, offsets, self.dead_letters,
-                            lambda c: self._content(c.topic, c.partition, c.offset))
-
-    def _content(self, topic: str, partition: int, offset: int) -> poison.Content:
-        """The key and value of a message set aside, read back: the driver never had them."""
-        msg = next(read_range(self.bootstrap, topic, partition, offset, offset + 1), None)
-        return (msg.key(), msg.value()) if msg is not None else (None, None)
+                            lambda c: self._reader.content(c.topic, c.partition, c.offset))

@@ -65,6 +65,15 @@ def batch_ends(checkpoint: Path, batch_id: int,
     return parse(found)
 
 
+def ended(query: Any, failure: list[BaseException], name: str) -> None:
+    """After a query stopped: raise what ended it, a batch's failure (``failure``, kept by
+    ``foreachBatch``: a user's error is raised here, not through Spark's engine) or its own."""
+    if failure:
+        raise failure[0]
+    if query.exception() is not None:
+        raise RuntimeError(f"{name}: the streaming query failed: {query.exception()}")
+
+
 class Marks(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets ``{"topic:partition": end}``; ``discover(consumer)`` lists the partitions."""
 
