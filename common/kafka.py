@@ -230,6 +230,17 @@ def passing(error) -> bool:
             or (error.retriable() and not error.fatal()))
 
 
+_AWAY = {"_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_RESOLVE"}
+
+
+def broker_away(error) -> bool:
+    """A Kafka error of a broker not answering for now (restarting, slow to start on a busy
+    machine, a connection lost) or one that passes by itself: a reader waits, it does not stop."""
+    from confluent_kafka import KafkaError
+
+    return error.code() in {getattr(KafkaError, name) for name in _AWAY} or passing(error)
+
+
 # Kafka's topic names: ASCII letters, digits, '.', '_' and '-', at most 249 characters. A
 # prefix is checked up front: a broker that takes another character still leaves names the
 # registry's URLs cannot carry (`<topic>-value` subjects).

@@ -37,8 +37,8 @@ def _problem(cls: type, error: dict) -> str:
         alias = info.validation_alias
         if isinstance(alias, AliasChoices) and field in alias.choices:
             field = name
-    # a key no flag sets is named as it is; without a command line (python -m schemas.registry_server)
-    # as the flag its name would be
+    # a key no flag sets is named as it is; without a command line
+    # (python -m schemas.registry_server) as the flag its name would be
     flag = flag_of(cls, field) or ("" if _context() else "--" + field.replace("_", "-"))
     name = f"{flag} ({field})" if flag else field
     if loc[1:]:

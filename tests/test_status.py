@@ -24,7 +24,8 @@ from tests.support.waiting import wait_for
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "compose" / "grafana" / "bottler-dashboard.json"
 PROMETHEUS = ROOT / "compose" / "prometheus.yml"
-METRIC_MODULES = [ROOT / "capture" / "health" / "metrics.py", ROOT / "materializers" / "core" / "metrics.py"]
+METRIC_MODULES = [ROOT / "capture" / "health" / "metrics.py",
+                  ROOT / "materializers" / "core" / "metrics.py"]
 TABLES = ("customers", "products", "orders", "order_items")
 
 

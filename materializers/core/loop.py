@@ -30,11 +30,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from confluent_kafka import Consumer, Message
+from confluent_kafka import Consumer, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from common import gctune
-from common.kafka import Connection
+from common.kafka import Connection, broker_away
 from common.registry_client import Registry
 from materializers.core import positions, watermarks
 from materializers.core.changes import Change, TopicPartition
@@ -203,7 +203,16 @@ class Materializer(SinkWriting):
         if now < self._next_discovery:
             return
         self._next_discovery = now + DISCOVERY_INTERVAL
-        found = discover(self._consumer, self.is_table_topic, self.truncate_topic)
+        try:
+            found = discover(self._consumer, self.is_table_topic, self.truncate_topic)
+        except KafkaException as exc:
+            if not broker_away(exc.args[0]):
+                raise
+            # a broker restarting (on a busy machine it may take longer than the listing's
+            # timeout): a pause, as for its watermarks
+            log.warning("%s: topics unknown for now: %s", self.name, exc.args[0].str())
+            self._next_discovery = now + 1.0
+            return
         if self.owned is not None and not self.owned.complete:
             self._next_discovery = now + 1.0  # read the rest soon: not caught up before
         new = [KafkaTopicPartition(*tp) for tp in found if tp not in self._assigned]

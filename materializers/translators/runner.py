@@ -44,7 +44,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from common.errors import BottlerError
-from common.kafka import Connection, await_topics, client_config, denied, is_denied
+from common.kafka import Connection, await_topics, broker_away, client_config, denied, is_denied
 from common.registry_client import Registry, registry_client
 from materializers.core import clients, dead_letters, watermarks
 from materializers.core import metrics as core_metrics
@@ -238,7 +238,14 @@ class TranslatorRunner(ConsumerLoop):
         None if stopped first. Asks for every topic: asking for one by name may create it."""
         next_log = time.monotonic()
         while not stop.is_set():
-            found = discover(admin, set(self.inputs).__contains__)
+            try:
+                found = discover(admin, set(self.inputs).__contains__)
+            except KafkaException as exc:
+                if not broker_away(exc.args[0]):
+                    raise
+                log.warning("%s: topics unknown for now: %s", self.group_id, exc.args[0].str())
+                stop.wait(1.0)
+                continue
             missing = [t for t in self.inputs if t not in {tp[0] for tp in found}]
             if not missing:
                 return found
