@@ -23,9 +23,10 @@ from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from materializers.core import Change, TableId
+from materializers.warehouse.delta import app_id
 from materializers.warehouse.sink import DeltaSink, table_path
 from tests.bench.report import Figure, code_line, machine_line, print_report
 
@@ -68,6 +69,14 @@ def arrow(rows: list[dict]) -> pa.Table:
     })
 
 
+def base_table(path: Path, rows: int) -> None:
+    """A ``rows``-row Delta table as the warehouse would have written it, with its transaction
+    identifier for the topic: the sink writes only into Delta tables it wrote."""
+    write_deltalake(str(path), arrow([row(i) for i in range(1, rows + 1)]),
+                    commit_properties=CommitProperties(
+                        app_transactions=[Transaction(app_id((TOPIC, 0)), 0)]))
+
+
 def changes(rows: int, count: int) -> list[Change]:
     """``count`` changes: updates of existing keys, then inserts past ``rows``, then deletes."""
     updates, inserts = count * 8 // 10, count // 10
@@ -90,7 +99,7 @@ def warehouse(rows: int = ROWS, count: int = CHANGES, say=print) -> list[Figure]
     try:
         base = work / "base"
         say(f"warehouse: a {rows:,}-row Delta table")
-        write_deltalake(str(base), arrow([row(i) for i in range(1, rows + 1)]))
+        base_table(base, rows)
         batch = changes(rows, count)
         appended = arrow([c.value if c.value else row(c.key["id"], 1) for c in batch])
 
@@ -212,7 +221,7 @@ def warehouse_rss(count: int, sizes: tuple[int, ...] = (), say=print) -> list[Fi
     try:
         say(f"warehouse: driver RSS, a {size:,}-row table, {count:,} changes")
         base = work / "base"
-        write_deltalake(str(base), arrow([row(i) for i in range(1, size + 1)]))
+        base_table(base, size)
         batch = changes(size, count)
         for per in sizes:
             run = work / f"per-{per}"
