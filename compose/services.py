@@ -151,9 +151,11 @@ def kafka_ready(port: int) -> Callable[[], bool]:
     return check
 
 
-def broker(root: Path, port: int, controller_port: int, cluster_id: str) -> Service:
-    """Apache Kafka: one KRaft node, broker and controller (compose/kafka.py)."""
-    node = KafkaNode(root, port, controller_port, cluster_id)
+def broker(root: Path, port: int, controller_port: int, cluster_id: str,
+           settings: dict[str, str] | None = None) -> Service:
+    """Apache Kafka: one KRaft node, broker and controller (compose/kafka.py), ``settings``
+    added to its own."""
+    node = KafkaNode(root, port, controller_port, cluster_id, settings)
     return Service(
         name="broker",
         argv=[],  # node.prepare() writes the settings, formats the storage, gives the command

@@ -68,10 +68,13 @@ class Stack:
     SCALABLE = ("replica", "search", "translator")
 
     def __init__(self, root: Path, ports: dict[str, int | None] | None = None,
-                 pg_version: str | None = None):
+                 pg_version: str | None = None, broker_settings: dict[str, str] | None = None):
         """``ports`` overrides some of the ports the stack last used (or the defaults);
-        ``pg_version`` the PostgreSQL major it was made with (default: the first found)."""
+        ``pg_version`` the PostgreSQL major it was made with (default: the first found);
+        ``broker_settings`` are added to the broker's (compose/kafka.py), for this object's
+        starts only."""
         self.root = root.resolve()
+        self.broker_settings = broker_settings or {}
         self.state_file = self.root / "stack.json"
         self.env_file = self.root / "env"
         state = self._load_state()
@@ -97,7 +100,7 @@ class Stack:
     @property
     def broker(self) -> services.Service:
         return services.broker(self.root, self.ports.kafka, self.ports.kafka_controller,
-                               self.cluster_id)
+                               self.cluster_id, self.broker_settings)
 
     @property
     def search_engine(self) -> services.Service:
@@ -397,11 +400,12 @@ def free_ports() -> dict[str, int]:
 
 
 @contextmanager
-def isolated_stack(pg_version: str | None = None) -> Iterator[Stack]:
+def isolated_stack(pg_version: str | None = None,
+                   broker_settings: dict[str, str] | None = None) -> Iterator[Stack]:
     """A throwaway stack on free ports in a temporary directory, removed afterwards: it never
     collides with a running `make up` (tests and benchmarks use it)."""
     base = new_stack_dir()
-    stack = Stack(base / "stack", free_ports(), pg_version)
+    stack = Stack(base / "stack", free_ports(), pg_version, broker_settings)
     try:
         stack.up()
         yield stack

@@ -62,6 +62,19 @@ def pytest_collection_modifyitems(items):
         if SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ())) or params.get(
                 "pg_major"):  # a matrix test's major: its server is the stack's or another
             item.add_marker(pytest.mark.stack)
+    _pure_modules_last(items)
+
+
+def _pure_modules_last(items: list) -> None:
+    """The modules with a service test first, those of pure tests after them, each module's
+    tests together and in order: `make test` hands whole modules to its workers (pytest-xdist,
+    --dist loadfile) in this order, and the short pure modules then fill the end of the run
+    where one worker would otherwise wait for the other's last long module."""
+    with_services = {item.path for item in items if item.get_closest_marker("stack")}
+    first = {}
+    for index, item in enumerate(items):
+        first.setdefault(item.path, index)
+    items.sort(key=lambda item: (item.path not in with_services, first[item.path]))
 
 
 def _starts_a_service(argv) -> bool:

@@ -42,7 +42,8 @@ def test_a_compacted_topic_drops_superseded_values_and_tombstones_and_rebuilds_e
         tombstones = sum(m.value() is None for m in messages)
         return len(keys) - len(set(keys)) <= 2 and tombstones == 0
 
-    # the cleaner checks every 15 s (log.cleaner.backoff.ms); a tombstone goes on a later pass
+    # the cleaner looks every second here (tests/support/stack.py TEST_BROKER, Kafka's default
+    # 15 s); a tombstone goes on a later pass
     started = time.monotonic()
     wait_for(compacted, 240, "the topic compacted: one value per live key, no tombstone")
     left = read_topic(stack.kafka, topic)

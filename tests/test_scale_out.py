@@ -34,6 +34,7 @@ from tests.support.databases import execute, fresh_database, rows
 from tests.support.topics import Decoder, read_topic
 from tests.support.waiting import wait_for, wait_streaming
 
+TRANSACTION_TIMEOUT = 15  # seconds (the translator's --transaction-timeout)
 # per shop table: key columns, one more column compared in the search index
 SHOP = {"customers": (("id",), "email"), "products": (("id",), "sku"),
         "orders": (("id",), "status"), "order_items": (("order_id", "line_no"), "quantity")}
@@ -230,7 +231,9 @@ def _translator(stack, prefix: str, group: str, log: Path) -> subprocess.Popen:
         [sys.executable, "-m", "bottler", "translate", "tests.support.translate:slow",
          "--broker", stack.kafka, "--schema-registry", stack.registry_url,
          "--topic-prefix", prefix, "--group-id", group, "--batch-size", "50",
-         "--join-group", "--instance-id", log.stem],
+         "--join-group", "--instance-id", log.stem,
+         # the killed one's open transaction holds the survivor back this long (default 60 s)
+         "--transaction-timeout", str(TRANSACTION_TIMEOUT)],
         stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy())
 
 
@@ -264,8 +267,9 @@ def test_two_translator_instances_share_the_partitions_and_one_killed_loses_and_
         wait_for(lambda: len(events.messages()) > seen + 20, 60, "events committed")
         procs["t2"].send_signal(signal.SIGKILL)  # mid-transaction, most likely (slow batches)
         procs["t2"].wait(10)
-        # t2's session expires (10 s), then its open transaction is aborted (60 s) before t1
-        # restores the state of t2's partitions
+        # t2's session expires (10 s), then its open transaction is aborted (TRANSACTION_TIMEOUT,
+        # and up to the broker's 10 s check of timed-out ones) before t1 restores the state of
+        # t2's partitions
         wait_for(lambda: _took_over(logs["t1"], orders), 150,
                  "t1 to take over t2's partitions")
         procs["t3"] = _translator(stack, prefix, group, logs["t3"])

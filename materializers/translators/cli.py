@@ -30,6 +30,11 @@ class TranslateSettings(options.ViewSettings, MetricsSettings):
     once: Annotated[bool, options.ONCE] = False
     join_group: Annotated[bool, options.JOIN_GROUP] = False
     instance_id: Annotated[str | None, options.INSTANCE_ID] = None
+    transaction_timeout: Annotated[float, Flag(
+        "--transaction-timeout", help="Seconds before the broker aborts the open transaction "
+        "of an instance that died mid-batch (transaction.timeout.ms); until then the output "
+        "topics' read_committed readers wait at it. A restart under the same --instance-id "
+        "aborts it at once")] = Field(60.0, gt=0, le=900)  # the broker's maximum: 15 min
 
 
 @settings_command
@@ -51,6 +56,7 @@ def translate(
         translator, bootstrap=s.kafka, registry=s.schema_registry, topic_prefix=s.topic_prefix,
         output_prefix=s.output_prefix, group_id=s.group_id, on_poison=s.on_poison,
         batch_size=s.batch_size, join_group=s.join_group, instance_id=s.instance_id,
+        transaction_timeout_ms=round(s.transaction_timeout * 1000),
     )
     stop = stop_on_signals()
     try:

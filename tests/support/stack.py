@@ -51,9 +51,14 @@ class RunningStack:
         self.stack.restart(service)
 
 
+# The log cleaner looks for dirty logs every second, not every 15 s (Kafka's default): the
+# compaction test (tests/test_kafka_compaction.py) waits for a few of its passes.
+TEST_BROKER = {"log.cleaner.backoff.ms": "1000"}
+
+
 @pytest.fixture(scope="session")
 def stack() -> Iterator[RunningStack]:
-    with isolated_stack(os.environ.get("BOTTLER_TEST_PG_VERSION")) as running:
+    with isolated_stack(os.environ.get("BOTTLER_TEST_PG_VERSION"), TEST_BROKER) as running:
         yield RunningStack(running)
 
 
