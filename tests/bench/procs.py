@@ -70,15 +70,43 @@ def _is_worker(pid: int) -> bool:
         return False
 
 
+def _own_and_reaped(rest: list[str]) -> int:
+    return sum(int(x) for x in rest[11:15])  # utime stime cutime cstime, in ticks
+
+
 def cpu_seconds(root: int) -> float:
-    """CPU time of a process and all its descendants, living or already reaped."""
-    total = 0
-    if rest := _stat(root):
-        total += sum(int(x) for x in rest[11:15])  # utime stime cutime cstime
-    for pid in descendants(root):
-        if rest := _stat(pid):
-            total += int(rest[11]) + int(rest[12])
-    return total / TICK
+    """CPU time of a process and all its descendants, living or already reaped by one of them
+    (each process's own time and its waited-for children's). Not the time of a child whose
+    parent ignores SIGCHLD (pyspark's daemons): see :func:`cpu_over`."""
+    return sum(_own_and_reaped(rest) for pid in (root, *descendants(root))
+               if (rest := _stat(pid))) / TICK
+
+
+def cpu_over(roots: dict[str, int], seconds: float, every: float = 0.5) -> dict[str, float]:
+    """CPU seconds each process tree spent over ``seconds``, from per-process samples taken
+    every ``every`` seconds. pyspark's daemons ignore SIGCHLD, so the time of a Spark worker
+    that ends reaches no parent: a tree's total (:func:`cpu_seconds`) drops when one ends, and
+    a window's figure could come out negative. Here each process counts what it spent while
+    seen (a process born and ended between two samples is missed)."""
+    first: dict[tuple, int] = {}
+    last: dict[tuple, int] = {}
+    end = time.monotonic() + seconds
+    initial = True  # the first pass's processes count from where they stand, later ones from 0
+    while True:
+        for name, root in roots.items():
+            for pid in (root, *descendants(root)):
+                if rest := _stat(pid):
+                    key = (name, pid, rest[19])  # its start time: a pid may be reused
+                    first.setdefault(key, _own_and_reaped(rest) if initial else 0)
+                    last[key] = _own_and_reaped(rest)
+        initial = False
+        if time.monotonic() >= end:
+            break
+        time.sleep(min(every, max(0.0, end - time.monotonic())))
+    spent = dict.fromkeys(roots, 0.0)
+    for key, ticks in last.items():
+        spent[key[0]] += (ticks - first[key]) / TICK
+    return spent
 
 
 class CpuMeter:
