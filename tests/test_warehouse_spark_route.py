@@ -14,7 +14,8 @@ from confluent_kafka import Producer
 from common.errors import BottlerError
 from materializers.warehouse import jars
 from materializers.warehouse.delta import open_table
-from materializers.warehouse.native import SparkRoute, java_properties
+from materializers.warehouse.kafka import java_properties
+from materializers.warehouse.native import SparkRoute
 from schemas.topics import DEAD_LETTER, with_prefix
 from tests.support.databases import execute
 from tests.support.topics import read_topic

@@ -16,6 +16,32 @@ from materializers.warehouse.source import SCHEMA
 CONNECTOR = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 
 
+def java_properties(connection: Connection) -> dict[str, str]:
+    """The client properties of the configuration file (librdkafka's names) as the Java client
+    of Spark's Kafka source takes them, each as a ``kafka.``-prefixed option: SASL's user and
+    password become its JAAS line, a PEM CA file its truststore; the rest pass as they are."""
+    props = properties(connection)
+    out: dict[str, str] = {}
+    user, password = props.pop("sasl.username", None), props.pop("sasl.password", None)
+    mechanism = props.get("sasl.mechanism", props.pop("sasl.mechanisms", "PLAIN"))
+    if user is not None:
+        module = ("org.apache.kafka.common.security.plain.PlainLoginModule"
+                  if mechanism.upper() == "PLAIN"
+                  else "org.apache.kafka.common.security.scram.ScramLoginModule")
+        quoted = [json.dumps(v) for v in (user, password or "")]
+        out["sasl.jaas.config"] = (f"{module} required username={quoted[0]} "
+                                   f"password={quoted[1]};")
+        out["sasl.mechanism"] = mechanism
+    if (ca := props.pop("ssl.ca.location", None)) is not None:
+        out["ssl.truststore.type"] = "PEM"
+        out["ssl.truststore.location"] = ca
+    if props.pop("enable.ssl.certificate.verification", "true") == "false":
+        out["ssl.endpoint.identification.algorithm"] = ""
+    for name, value in props.items():
+        out.setdefault(name, str(value))
+    return {f"kafka.{k}": v for k, v in out.items()}
+
+
 def available(spark: Any) -> bool:
     """Whether Spark's Kafka connector is on the session's classpath."""
     try:
@@ -42,8 +68,8 @@ def frame(spark: Any, bootstrap: Connection, registry: Registry, ranges: list[li
     client properties reach the connector's clients as its ``kafka.*`` options."""
     starting, ending = offsets(ranges)
     reader = spark.read.format("kafka")
-    for name, value in properties(bootstrap).items():
-        reader = reader.option(f"kafka.{name}", value)
+    for name, value in java_properties(bootstrap).items():
+        reader = reader.option(name, value)
     raw = (reader.option("startingOffsets", starting).option("endingOffsets", ending)
            .option("failOnDataLoss", "false").load())
     return decoded_frame(raw, registry)

@@ -39,12 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import BottlerError
-from common.kafka import Connection, properties
+from common.kafka import Connection
 from common.registry_client import Registry, registry_client
 from materializers.core.changes import TopicPartition
 from materializers.core.ownership import OwnedTopics
 from materializers.core.poison import DeadLetters
-from materializers.warehouse import stream
+from materializers.warehouse import kafka, stream
 from materializers.warehouse.batch import DELETE, OFFSET, PARTITION
 from materializers.warehouse.delta import app_id, claim, open_table, stored_offsets
 from materializers.warehouse.sink import DeltaSink, table_path
@@ -58,32 +58,6 @@ STOP_TIMEOUT = 10.0  # seconds a stopped query has for its batch (commits are at
 
 
 # -- the Kafka client's properties for Spark's (Java) client ---------------------------------
-
-
-def java_properties(connection: Connection) -> dict[str, str]:
-    """The client properties of the configuration file (librdkafka's names) as the Java client
-    of Spark's Kafka source takes them, each as a ``kafka.``-prefixed option: SASL's user and
-    password become its JAAS line, a PEM CA file its truststore; the rest pass as they are."""
-    props = properties(connection)
-    out: dict[str, str] = {}
-    user, password = props.pop("sasl.username", None), props.pop("sasl.password", None)
-    mechanism = props.get("sasl.mechanism", props.pop("sasl.mechanisms", "PLAIN"))
-    if user is not None:
-        module = ("org.apache.kafka.common.security.plain.PlainLoginModule"
-                  if mechanism.upper() == "PLAIN"
-                  else "org.apache.kafka.common.security.scram.ScramLoginModule")
-        quoted = [json.dumps(v) for v in (user, password or "")]
-        out["sasl.jaas.config"] = (f"{module} required username={quoted[0]} "
-                                   f"password={quoted[1]};")
-        out["sasl.mechanism"] = mechanism
-    if (ca := props.pop("ssl.ca.location", None)) is not None:
-        out["ssl.truststore.type"] = "PEM"
-        out["ssl.truststore.location"] = ca
-    if props.pop("enable.ssl.certificate.verification", "true") == "false":
-        out["ssl.endpoint.identification.algorithm"] = ""
-    for name, value in props.items():
-        out.setdefault(name, str(value))
-    return {f"kafka.{k}": v for k, v in out.items()}
 
 
 # -- the job ------------------------------------------------------------------------------
@@ -180,7 +154,7 @@ class SparkRoute:
             total.offsets.update(result.offsets)
 
         reader = self.spark.readStream.format("kafka")
-        for name, value in java_properties(self.bootstrap).items():
+        for name, value in kafka.java_properties(self.bootstrap).items():
             reader = reader.option(name, value)
         query = (reader.option("assign", json.dumps({t: sorted(int(p) for p in ps)
                                                      for t, ps in starting.items()}))
