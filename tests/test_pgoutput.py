@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from capture.stream.messages import (
+from capture.source.messages import (
     UNCHANGED,
     Begin,
     BeginPrepare,

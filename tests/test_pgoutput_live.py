@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import psycopg
 import pytest
 
-from capture.stream.messages import (
+from capture.source.messages import (
     UNCHANGED,
     Begin,
     Commit,

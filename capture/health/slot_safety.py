@@ -28,8 +28,8 @@ from capture.publish.control import ControlEvents
 from capture.settings import CaptureSettings
 from capture.setup import topics
 from capture.source.database import SourceTable
+from capture.source.messages import unix_micros_to_pg_time
 from capture.source.slot import drop_slot
-from capture.stream.messages import unix_micros_to_pg_time
 from common.errors import BottlerError
 from common.lsn import Lsn
 from schemas.topics import table_topic

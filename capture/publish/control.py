@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from capture.publish.encoding import encode_json
 from capture.publish.registrar import Registrar
-from capture.stream.messages import pg_time_to_unix_micros
+from capture.source.messages import pg_time_to_unix_micros
 from schemas import control
 from schemas.serde import AvroEncoder
 from schemas.topics import HEARTBEAT, TRANSACTIONS, TRUNCATE, with_prefix

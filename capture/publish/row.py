@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 from typing import TYPE_CHECKING
 
-from capture.stream.messages import UNCHANGED
+from capture.source.messages import UNCHANGED
 from common.lsn import Lsn
 
 if TYPE_CHECKING:

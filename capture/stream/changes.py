@@ -17,9 +17,9 @@ from capture.publish.publisher import Publisher
 from capture.publish.row import Row
 from capture.setup import topics
 from capture.snapshot.incremental import IncrementalSnapshots
-from capture.stream import messages
+from capture.source import messages
+from capture.source.messages import UNCHANGED
 from capture.stream.feedback import Positions
-from capture.stream.messages import UNCHANGED
 from capture.stream.tables import Tables, UnkeyedTable
 from capture.stream.transaction import Transaction
 

@@ -9,7 +9,7 @@ from version 2, the two-phase messages from version 3, the Stream Abort tail of 
 decoded by :func:`parse` as well; changes sent *inside* a streamed block carry a leading xid and
 are decoded with :func:`parse_streamed`.
 
-The messages are the dataclasses of capture/stream/messages.py. Tuple data becomes a tuple
+The messages are the dataclasses of capture/source/messages.py. Tuple data becomes a tuple
 with one entry per column: ``None`` for SQL NULL, :data:`UNCHANGED` for an unchanged TOASTed
 value the server did not send, ``str`` for text format (decoded as UTF-8, the encoding of the
 source database) and ``bytes`` for binary format.
@@ -29,7 +29,7 @@ import struct
 from dataclasses import fields
 from typing import Final
 
-from capture.stream.messages import (
+from capture.source.messages import (
     UNCHANGED,
     AnyMessage,
     Begin,

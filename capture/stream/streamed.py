@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from capture.health import metrics
-from capture.stream import messages, pgoutput
+from capture.source import messages
+from capture.stream import pgoutput
 from capture.stream.spool import Spool
 
 

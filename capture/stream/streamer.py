@@ -19,8 +19,9 @@ from capture.publish.control import ControlEvents
 from capture.publish.publisher import Publisher
 from capture.setup.state import CaptureState
 from capture.snapshot.incremental import SIGNAL_PREFIX, WATERMARK_PREFIX, IncrementalSnapshots
+from capture.source import messages
 from capture.source.publication import Watcher
-from capture.stream import messages, pgoutput
+from capture.stream import pgoutput
 from capture.stream.changes import Changes
 from capture.stream.drift import Drift
 from capture.stream.feedback import Feedback, Positions

@@ -14,9 +14,9 @@ from capture.publish.encoding import CodecSpec, TableCodec, make_spec
 from capture.publish.registrar import Registrar
 from capture.setup import topics
 from capture.setup.state import TopicOwnership
+from capture.source import messages
 from capture.source.database import SourceTable, key_columns
 from capture.source.typecatalog import load_columns, load_type
-from capture.stream import messages
 from capture.stream.schema_changes import Attributes, compare, shape_of
 from common.errors import BottlerError
 from schemas.pgtypes import Column, PgType

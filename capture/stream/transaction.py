@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from capture.publish.acks import Batch
-from capture.stream import messages
+from capture.source import messages
 
 
 @dataclass(slots=True)
