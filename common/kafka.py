@@ -129,13 +129,15 @@ def denied(connection: Connection | None, operation: str, resource: str,
 def check_broker(connection: Connection, timeout: float = 10.0) -> None:
     """Fail in one line, within seconds, when the broker cannot be used with the connection's
     properties (a TLS or SASL setting the broker does not speak, or a wrong password, fails at
-    its first answer); librdkafka itself would retry, and log, for ever."""
+    its first answer); librdkafka itself would retry, and log, for ever. A broker that does not
+    answer is waited for up to ``timeout`` seconds (said once in the log)."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
     errors: list = []
     admin = AdminClient(client_config(connection, log_level=0, error_cb=errors.append))
     deadline = time.monotonic() + timeout
+    errors_said = False
     while True:
         try:
             admin.list_topics(timeout=1)
@@ -146,6 +148,11 @@ def check_broker(connection: Connection, timeout: float = 10.0) -> None:
         if cause.code() == KafkaError._AUTHENTICATION:
             raise refused_credentials(connection, reason)
         hopeless = any(word in reason for word in _HOPELESS)
+        if not hopeless and not errors_said:
+            errors_said = True
+            logging.getLogger(__name__).info(
+                "waiting up to %.0f s for the Kafka broker at %s: %s", timeout,
+                servers(connection), reason)
         if hopeless or time.monotonic() >= deadline:
             raise BottlerError(
                 f"the Kafka broker at {servers(connection)} is unreachable"

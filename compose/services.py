@@ -209,7 +209,7 @@ def registry(root: Path, port: int, kafka_port: int) -> Service:
         pidfile=root / "run" / "registry.pid",
         log=root / "logs" / "registry.log",
         stack=root,
-        start_timeout=60.0,
+        start_timeout=90.0,  # its broker waited for (up to 60 s), then its topic replayed
         supervised=True,
     )
 

