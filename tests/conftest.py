@@ -22,6 +22,7 @@ pytest_plugins = [
     "tests.support.spark",
     "tests.support.own_stack",
     "tests.support.search_api",
+    "tests.support.cpu_log",
 ]
 
 # The fixtures that start a service (or hold one the session started): a test that uses one,
