@@ -21,7 +21,7 @@ from capture.setup.undo import Undo
 from capture.snapshot import exported
 from capture.source import database
 from capture.source.publication import Publications, Watcher
-from capture.source.slot import create_slot, drop_slot
+from capture.source.slot import create_slot, drop_slot, failover_wanted
 from capture.stream.replication import StreamOptions
 from capture.stream.streamer import Streamer
 from capture.stream.tables import Tables
@@ -56,6 +56,8 @@ def run_capture(settings: CaptureSettings, stop: threading.Event | None = None) 
 def _run(s: CaptureSettings, catalog, stop: threading.Event) -> None:
     # Every check runs before anything is created: the database, Kafka, the registry, the tables.
     database.preflight(catalog, s.slot)
+    # auto becomes on or off here, from what the server can do
+    s = s.model_copy(update={"failover": "on" if failover_wanted(catalog, s.failover) else "off"})
     lost = slot_safety.is_lost(catalog, s.slot)
     if lost and not s.recover_lost_slot:
         raise slot_safety.lost_slot_error(s.slot)
@@ -214,15 +216,15 @@ def _new_slot(s: CaptureSettings, progress: state.CaptureState, tables: Tables,
               publications: Publications, undo: Undo) -> SnapshotJob | None:
     if s.skip_snapshot:
         progress.write(s.slot, **progress_records.skipped())
-        create_slot(s.postgres, s.slot).release()
+        create_slot(s.postgres, s.slot, s.failover == "on").release()
         undo.slot = s.slot
         log.info("created slot %s; snapshot skipped (--skip-snapshot)", s.slot)
         return None
     progress.write(s.slot, **progress_records.started())
-    new = create_slot(s.postgres, s.slot)
+    new = create_slot(s.postgres, s.slot, s.failover == "on")
     undo.slot = s.slot
-    log.info("created slot %s at %s; snapshot %s", s.slot, Lsn(new.consistent_lsn),
-             new.snapshot)
+    log.info("created %sslot %s at %s; snapshot %s", "failover " * (s.failover == "on"), s.slot,
+             Lsn(new.consistent_lsn), new.snapshot)
     job = SnapshotJob(new.snapshot, new.consistent_lsn, new.conn)
     try:
         _plan(s, job, tables, publications)

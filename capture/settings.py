@@ -71,6 +71,12 @@ class CaptureSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings, Metr
     stream_spool_dir: Annotated[Path | None, Flag(  # None: see spool_dir
         "--stream-spool-dir", help="Where streamed transactions wait for their commit",
         shown="<temp dir>/bottler-stream-<system id>-<slot>")] = None
+    # PostgreSQL 17+ copies a failover slot to the standbys that sync_replication_slots, so
+    # the capture resumes on a promoted standby (docs/operations.md, high availability)
+    failover: Annotated[Literal["auto", "on", "off"], Flag(
+        "--failover", help="auto, on or off: create the slot as a failover slot, which a "
+        "standby with sync_replication_slots keeps a copy of (PostgreSQL 17+; auto: where the "
+        "server has them)")] = "auto"
     replica_identity_full: Annotated[bool, Flag(
         "--replica-identity-full",
         help="Set REPLICA IDENTITY FULL on tables with TOASTable columns.")] = False

@@ -162,6 +162,22 @@ def test_unchanged_toast_without_full_identity_never_publishes_a_placeholder(
     assert all(Decoder(stack.registry_url).value(m)["body"] == big for m in messages)
 
 
+def test_the_slot_is_a_failover_slot_where_the_server_has_them(stack, source, prefix, start):
+    """17+: auto makes a failover slot; older: auto makes a plain one, and on is refused in one
+    line before anything is created."""
+    execute(source, "create table t (id int primary key)")
+    new_enough = int(rows(source, "show server_version_num")[0][0]) >= 170000
+    if not new_enough:
+        error = start(failover="on").wait_failed()
+        assert str(error).startswith("failover slots need PostgreSQL 17 or newer")
+        assert not rows(source, f"select 1 from pg_replication_slots where slot_name = '{prefix}'")
+    start()
+    wait_streaming(source, prefix)
+    if new_enough:
+        assert rows(source, "select failover from pg_replication_slots "
+                    f"where slot_name = '{prefix}'") == [(True,)]
+
+
 def test_unkeyed_tables_are_refused_unless_allowed(stack, source, prefix, start):
     execute(source, "create table log (at int, line text)", "insert into log values (1, 'a')")
     error = start().wait_failed()

@@ -150,3 +150,24 @@ def test_prometheus_scrapes_every_app_with_an_app_label():
     assert {"capture", "replica"} <= set(apps)
     for app, targets in apps.items():
         assert targets == [f"{app}:9100"]
+
+
+def test_failover_and_synced_columns_show_where_the_server_has_them():
+    """PostgreSQL 17+ says whether a slot is a failover slot and, on a standby, whether it is
+    the synchronized copy of the primary's; older servers show no such columns."""
+    from rich.console import Console
+
+    from bottler.status.figures import Slot, Snapshot
+    from bottler.status.view import render
+
+    def drawn(*slots: Slot) -> str:
+        console = Console(width=160, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+        console.print(render(Snapshot("t", slots=list(slots))))
+        return console.export_text()
+
+    new = drawn(Slot("bottler", "shop", False, 10, 0, "reserved", True, True),
+                Slot("other", "shop", True, 10, 0, "reserved", False, False))
+    assert cells(new, "bottler")[-2:] == ["yes", "yes"]
+    assert cells(new, "other")[-2:] == ["no", "no"]
+    old = drawn(Slot("bottler", "shop", True, 10, 0, "reserved"))
+    assert "synced" not in old and cells(old, "bottler")[-1] == "reserved"

@@ -21,6 +21,8 @@ class Slot:
     retained_wal: int | None  # bytes of WAL the server keeps for the slot
     confirmed_lag: int | None  # bytes written since the slot's confirmed position
     wal_status: str | None  # reserved, extended, unreserved or lost
+    failover: bool | None = None  # a failover slot (PostgreSQL 17+; None: older)
+    synced: bool | None = None  # a standby's copy of the primary's failover slot (17+)
 
 
 @dataclass

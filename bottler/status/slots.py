@@ -16,10 +16,13 @@ with here(lsn) as (
 select slot_name, database, active,
        pg_wal_lsn_diff(here.lsn, restart_lsn)::bigint,
        pg_wal_lsn_diff(here.lsn, confirmed_flush_lsn)::bigint,
-       wal_status
+       wal_status, {failover}
 from pg_replication_slots, here
 order by slot_name
 """
+# PostgreSQL 17+: whether a slot is a failover slot, and on a standby whether it is the copy
+# sync_replication_slots keeps of the primary's (a capture can resume from it once promoted)
+FAILOVER_COLUMNS = {True: "failover, synced", False: "null::bool, null::bool"}
 
 
 class SlotReader:
@@ -37,7 +40,9 @@ class SlotReader:
                 self._conn = psycopg.connect(
                     self.dsn, autocommit=True, connect_timeout=max(1, round(self.timeout)),
                     application_name="bottler status")
-            rows = self._conn.execute(SLOTS).fetchall()
+            has_failover = self._conn.info.server_version >= 170000
+            rows = self._conn.execute(
+                SLOTS.format(failover=FAILOVER_COLUMNS[has_failover])).fetchall()
         except psycopg.Error as exc:
             self.close()
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

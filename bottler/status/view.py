@@ -53,15 +53,22 @@ def _instances(snap: Snapshot) -> RenderableType:
 def _slots(snap: Snapshot) -> RenderableType:
     if snap.slots_error:
         return _error("Replication slots", snap.slots_error)
-    table = _table("Replication slots", "slot", "database", "active", "retained WAL",
-                   "confirmed lag", "WAL status")
+    # failover and synced: on PostgreSQL 17+ only, whose pg_replication_slots has them
+    failover = any(s.failover is not None for s in snap.slots or [])
+    columns = ["slot", "database", "active", "retained WAL", "confirmed lag", "WAL status"]
+    table = _table("Replication slots", *columns, *(["failover", "synced"] if failover else []))
     for s in snap.slots or []:
         active = Text("yes", "green") if s.active else Text("no", "yellow")
+        extra = [_yes_no(s.failover), _yes_no(s.synced)] if failover else []
         table.add_row(s.name, s.database or "-", active, _bytes(s.retained_wal),
-                      _bytes(s.confirmed_lag), s.wal_status or "-")
+                      _bytes(s.confirmed_lag), s.wal_status or "-", *extra)
     if not snap.slots:
-        table.add_row(Text("none", "dim"), *[""] * 5)
+        table.add_row(Text("none", "dim"), *[""] * (len(columns) - 1))
     return table
+
+
+def _yes_no(flag: bool | None) -> str:
+    return "-" if flag is None else "yes" if flag else "no"
 
 
 def _topics(snap: Snapshot) -> RenderableType:

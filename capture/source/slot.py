@@ -63,11 +63,38 @@ class NewSlot:
         self.conn.close()
 
 
-def create_slot(dsn: str, slot: str) -> NewSlot:
+FAILOVER_SINCE = 170000  # server_version_num: failover slots came with PostgreSQL 17
+
+
+def failover_wanted(conn: psycopg.Connection, asked: str) -> bool:
+    """Whether the capture's slot is to be a failover slot: ``asked`` (--failover) ``on`` or
+    ``off``, or ``auto``: where the server can make one (17+, and a primary: a standby's slots
+    cannot be failover slots). Asked of a server that cannot, one clear line."""
+    if asked == "off":
+        return False
+    version = conn.info.server_version
+    standby = version >= FAILOVER_SINCE and conn.execute("select pg_is_in_recovery()").fetchone()[0]
+    if asked == "auto":
+        return version >= FAILOVER_SINCE and not standby
+    if version < FAILOVER_SINCE:
+        raise BottlerError(
+            f"failover slots need PostgreSQL 17 or newer; the source runs {version // 10000}",
+            "drop --failover on (or set it to auto), or upgrade the source to 17 or newer")
+    if standby:
+        raise BottlerError(
+            "failover slots are made on the primary; the source is a standby",
+            "drop --failover on (a standby's copy of a failover slot comes from the primary, "
+            "see docs/operations.md, high availability)")
+    return True
+
+
+def create_slot(dsn: str, slot: str, failover: bool = False) -> NewSlot:
+    """The slot, with a snapshot exported for its copy; ``failover``: a failover slot (17+)."""
     conn = replication_connect(dsn)
     cur = conn.cursor()
+    options = "SNAPSHOT 'export'" + (", FAILOVER true" if failover else "")
     try:
-        cur.execute(f'CREATE_REPLICATION_SLOT "{slot}" LOGICAL pgoutput EXPORT_SNAPSHOT')
+        cur.execute(f'CREATE_REPLICATION_SLOT "{slot}" LOGICAL pgoutput ({options})')
     except psycopg2.Error as exc:
         conn.close()
         message = redact(_first_line(exc))
