@@ -142,6 +142,17 @@ class PostgresCluster:
             conf.write("\n# bottler embedded stack\n")
             conf.writelines(f"{k} = {v}\n" for k, v in SETTINGS.items())
 
+    def init_standby(self, primary: PostgresCluster, slot: str, dbname: str) -> None:
+        """This cluster as a physical standby of ``primary``: a base backup streaming from a new
+        physical slot ``slot``, with the primary_conninfo (naming ``dbname``, which the slot
+        sync worker of PostgreSQL 17+ connects to) and primary_slot_name that -R writes."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        self._hand_to_server_user(self.home)
+        conninfo = (f"host=127.0.0.1 port={primary.port} user=postgres "
+                    f"password={primary.password} dbname={dbname}")
+        self._run([str(self.bin_dir() / "pg_basebackup"), "-D", str(self.data), "-R", "-C",
+                   "-S", slot, "-X", "stream", "-c", "fast", "-d", conninfo], "pg_basebackup")
+
     def start(self, databases: tuple[str, ...] = ()) -> None:
         bin_dir = self.bin_dir()
         # A postmaster.pid whose process is gone would make the server refuse to start.

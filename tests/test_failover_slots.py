@@ -1,0 +1,145 @@
+"""Failover slots (PostgreSQL 17+, here 18): the primary killed under a write load and its
+standby promoted, the capture (restarted as a supervisor would) resumes on the standby from the
+synchronized copy of its slot, and every row of the promoted server is in the table topic, none
+that it lacks (docs/operations.md, high availability)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from bottler.status.slots import SlotReader
+from compose.postgres import PostgresCluster
+from compose.procs import free_port
+from compose.stack import new_stack_dir
+from tests.support.capture import capture_process
+from tests.support.topics import Decoder, read_topic
+from tests.support.waiting import wait_for, wait_streaming
+
+pytestmark = pytest.mark.pg18  # failover slots: servers of its own, PostgreSQL 18
+
+DB = "shop"
+
+
+@pytest.fixture
+def primary_and_standby(stack) -> Iterator[tuple[PostgresCluster, PostgresCluster]]:
+    """A primary and its physical standby (slot sync on), the standby in the primary's
+    synchronized_standby_slots, commits waiting for it (synchronous replication: what a
+    primary acknowledged, the standby has)."""
+    root = new_stack_dir()
+    primary = PostgresCluster(root / "primary", free_port(), stack.stack.password, "18")
+    standby = PostgresCluster(root / "standby", free_port(), stack.stack.password, "18")
+    try:
+        primary.init()
+        primary.start(databases=(DB,))
+        standby.init_standby(primary, "standby1", DB)
+        with open(standby.data / "postgresql.conf", "a") as conf:
+            conf.write("sync_replication_slots = on\nhot_standby_feedback = on\n")
+        standby.start()
+        with psycopg.connect(primary.dsn(), autocommit=True) as conn:
+            conn.execute("alter system set synchronized_standby_slots = 'standby1'")
+            conn.execute("alter system set synchronous_standby_names = '*'")
+            conn.execute("select pg_reload_conf()")
+        yield primary, standby
+    finally:
+        for cluster in (standby, primary):
+            if cluster.running_pid():
+                cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+class Supervised:
+    """`bottler capture` restarted whenever it exits, as `bottler stack`'s supervisor does."""
+
+    def __init__(self, args: list[str], log: Path):
+        self.args, self.log, self.exits = args, log, []
+        self.proc = capture_process(args, log)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        while not self.stop.wait(0.5):
+            if self.proc.poll() is not None:
+                self.exits.append(self.proc.returncode)
+                self.proc = capture_process(self.args, self.log)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def load(dsn: str, stop: threading.Event, acknowledged: list[int]) -> None:
+    """A row at a time, through whichever server takes writes; a commit that failed may or may
+    not have happened, so only acknowledged ones are counted."""
+    n = 0
+    while not stop.is_set():
+        try:
+            with psycopg.connect(dsn, connect_timeout=2, autocommit=True) as conn:
+                while not stop.is_set():
+                    n += 1
+                    conn.execute("insert into items values (%s)", (n,))
+                    acknowledged.append(n)
+                    time.sleep(0.05)
+        except psycopg.Error:
+            time.sleep(0.2)
+
+
+def test_the_capture_resumes_on_the_promoted_standby_from_the_synchronized_slot(
+        stack, primary_and_standby, prefix, tmp_path):
+    primary, standby = primary_and_standby
+    with psycopg.connect(primary.dsn(DB), autocommit=True) as conn:
+        conn.execute("create table items (id int primary key)")
+    password = stack.stack.password
+    both = (f"host=127.0.0.1,127.0.0.1 port={primary.port},{standby.port} dbname={DB} "
+            f"user=postgres password={password} target_session_attrs=read-write")
+    capture = Supervised(["-d", both, "-s", prefix, "-b", stack.kafka, "-r", stack.registry_url,
+                          "-p", prefix, "--heartbeat-interval", "1"], tmp_path / "capture.log")
+    stop, acknowledged = threading.Event(), []
+    writer = threading.Thread(target=load, args=(both, stop, acknowledged), daemon=True)
+    try:
+        wait_streaming(primary.dsn(DB), prefix)
+        writer.start()
+
+        def synced():  # as `bottler status` shows it, and a persistent copy
+            copy = [s for s in SlotReader(standby.dsn(DB)).read() if s.name == prefix]
+            with psycopg.connect(standby.dsn(DB)) as conn:
+                temporary = conn.execute("select temporary from pg_replication_slots "
+                                         "where slot_name = %s", (prefix,)).fetchone()
+            return copy and copy[0].failover and copy[0].synced and temporary == (False,)
+
+        wait_for(synced, 120, "the standby's synchronized copy of the slot")
+        before = len(acknowledged)
+        wait_for(lambda: len(acknowledged) > before + 20, 60, "rows written after the sync")
+        os.kill(primary.running_pid(), signal.SIGKILL)
+        with psycopg.connect(standby.dsn(DB), autocommit=True) as conn:
+            assert conn.execute("select pg_promote()").fetchone() == (True,)
+        wait_streaming(standby.dsn(DB), prefix, 120)
+        after = len(acknowledged)
+        wait_for(lambda: len(acknowledged) > after + 20, 60, "rows written on the new primary")
+    finally:
+        stop.set()
+        writer.join(30)
+        capture.close()
+    log = (tmp_path / "capture.log").read_text()
+    assert capture.exits, "the capture never exited when its primary died:\n" + log[-3000:]
+    with psycopg.connect(standby.dsn(DB)) as conn:
+        in_database = {r[0] for r in conn.execute("select id from items")}
+    assert set(acknowledged) <= in_database  # synchronous replication: acknowledged is there
+    decoder = Decoder(stack.registry_url)
+
+    def published() -> set[int]:
+        return {decoder.key(m)["id"] for m in read_topic(stack.kafka, f"{prefix}.items")}
+
+    wait_for(lambda: published() >= in_database, 120, "every row of the new primary")
+    assert published() == in_database  # none the new primary lacks (synchronized_standby_slots)
