@@ -148,10 +148,12 @@ class PostgresCluster:
         sync worker of PostgreSQL 17+ connects to) and primary_slot_name that -R writes."""
         self.home.mkdir(parents=True, exist_ok=True)
         self._hand_to_server_user(self.home)
-        conninfo = (f"host=127.0.0.1 port={primary.port} user=postgres "
-                    f"password={primary.password} dbname={dbname}")
+        # the password in the environment, not the command line (which every user may read);
+        # -R writes it into primary_conninfo, which the standby needs
+        conninfo = f"host=127.0.0.1 port={primary.port} user=postgres dbname={dbname}"
         self._run([str(self.bin_dir() / "pg_basebackup"), "-D", str(self.data), "-R", "-C",
-                   "-S", slot, "-X", "stream", "-c", "fast", "-d", conninfo], "pg_basebackup")
+                   "-S", slot, "-X", "stream", "-c", "fast", "-d", conninfo], "pg_basebackup",
+                  env={**os.environ, "PGPASSWORD": primary.password})
 
     def start(self, databases: tuple[str, ...] = ()) -> None:
         bin_dir = self.bin_dir()
@@ -215,10 +217,10 @@ class PostgresCluster:
                 "or put the stack elsewhere with --dir",
             )
 
-    def _run(self, argv: list[str], what: str) -> None:
+    def _run(self, argv: list[str], what: str, env: dict[str, str] | None = None) -> None:
         user = self._server_user().pw_uid if self._as_root else None
         proc = subprocess.run(
-            argv, user=user, capture_output=True, text=True, check=False, cwd=self.home
+            argv, user=user, capture_output=True, text=True, check=False, cwd=self.home, env=env
         )
         if proc.returncode != 0:
             detail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
