@@ -71,6 +71,11 @@ class CaptureSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings, Metr
     stream_spool_dir: Annotated[Path | None, Flag(  # None: see spool_dir
         "--stream-spool-dir", help="Where streamed transactions wait for their commit",
         shown="<temp dir>/bottler-stream-<system id>-<slot>")] = None
+    # PostgreSQL 18 publishes stored generated columns when the publication asks
+    # (publish_generated_columns = stored): auto asks where the server can, never on older ones
+    generated_columns: Annotated[Literal["auto", "on", "off"], Flag(
+        "--generated-columns", help="auto, on or off: publish stored generated columns as "
+        "values (PostgreSQL 18+; auto: where the server can)")] = "auto"
     replica_identity_full: Annotated[bool, Flag(
         "--replica-identity-full",
         help="Set REPLICA IDENTITY FULL on tables with TOASTable columns.")] = False
