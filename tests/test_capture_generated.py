@@ -1,0 +1,57 @@
+"""Stored generated columns (issue 29, item 5): PostgreSQL 18 publishes them as values when the
+publication asks (publish_generated_columns = stored), which --generated-columns auto does where
+the server can; on 15 they are left out, and asking for them is refused in one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from common.errors import BottlerError
+from tests.support.databases import execute, rows
+from tests.support.topics import Decoder, read_topic
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.pg_matrix  # on PostgreSQL 15 and 18 (tests/conftest.py)
+
+TABLE = "create table g (id int primary key, a int, b int generated always as (a * 2) stored)"
+
+
+def test_stored_generated_columns_are_values_on_18_and_left_out_on_15(
+        stack, source, prefix, start, pg_major):
+    execute(source, TABLE, "insert into g (id, a) values (1, 1)")
+    start()
+    topic = f"{prefix}.g"
+    decoder = Decoder(stack.registry_url)
+
+    def state():
+        try:
+            current = decoder.table_state(read_topic(stack.kafka, topic))
+        except KeyError:
+            return None
+        return {k[0][1]: v for k, v in current.items()}
+
+    with_b = pg_major != "15"
+    expected = {1: {"id": 1, "a": 1} | ({"b": 2} if with_b else {})}
+    wait_for(lambda: state() == expected, 60, "the snapshot's row")  # the snapshot's COPY
+    # the stream: an insert, and an update of the column b is computed from
+    execute(source, "insert into g (id, a) values (2, 2)", "update g set a = 10 where id = 1")
+    expected = {1: {"id": 1, "a": 10}, 2: {"id": 2, "a": 2}}
+    if with_b:
+        expected = {1: expected[1] | {"b": 20}, 2: expected[2] | {"b": 4}}
+    wait_for(lambda: state() == expected, 60, "the streamed insert and update")
+    if with_b:  # the capture's publication asks for them
+        assert rows(source, f"select pubgencols from pg_publication where pubname = '{prefix}'"
+                    ) == [("s",)]
+
+
+def test_asking_for_generated_columns_before_18_fails_in_one_line_and_creates_nothing(
+        source, prefix, start, pg_major):
+    if pg_major != "15":
+        pytest.skip("PostgreSQL 18 publishes generated columns")
+    execute(source, TABLE)
+    error = start(generated_columns="on").wait_failed()
+    assert isinstance(error, BottlerError), error
+    assert "--generated-columns on needs PostgreSQL 18" in str(error).splitlines()[0]
+    assert rows(source, "select slot_name from pg_replication_slots"
+                f" where slot_name = '{prefix}'") == []
+    assert rows(source, f"select pubname from pg_publication where pubname = '{prefix}'") == []
