@@ -74,3 +74,23 @@ def test_the_replica_writes_the_values_but_never_into_a_column_the_target_genera
         converge(source, target, ["select id, a, b from g order by id", k], failure)
     assert rows(target, "select attgenerated from pg_attribute"
                 " where attrelid = 'g'::regclass and attname = 'b'") == [("s",)]
+
+
+def test_generated_columns_turned_on_at_a_restart_publish_the_table_again(
+        stack, source, prefix, start, pg_major):
+    if pg_major == "15":
+        pytest.skip("PostgreSQL 15 does not publish generated columns")
+    execute(source, TABLE, "insert into g (id, a) values (1, 1), (2, 2)")
+    first = start(generated_columns="off")
+    wait_streaming(source, prefix)
+    first.stop()
+    start()  # auto: on, on 18
+    decoder = Decoder(stack.registry_url)
+
+    def values():
+        state = decoder.table_state(read_topic(stack.kafka, f"{prefix}.g"))
+        return sorted(map(tuple, (v.values() for v in state.values())))
+
+    wait_for(lambda: values() == [(1, 1, 2), (2, 2, 4)], 60, "the rows again, with b")
+    assert rows(source, f"select pubgencols from pg_publication where pubname = '{prefix}'"
+                ) == [("s",)]
