@@ -4,10 +4,14 @@ the server can; on 15 they are left out, and asking for them is refused in one l
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from common.errors import BottlerError
-from tests.support.databases import execute, rows
+from tests.support.databases import execute, fresh_database, rows
 from tests.support.replica import converge, replica
 from tests.support.topics import Decoder, read_topic
 from tests.support.waiting import wait_for, wait_streaming
@@ -94,3 +98,27 @@ def test_generated_columns_turned_on_at_a_restart_publish_the_table_again(
     wait_for(lambda: values() == [(1, 1, 2), (2, 2, 4)], 60, "the rows again, with b")
     assert rows(source, f"select pubgencols from pg_publication where pubname = '{prefix}'"
                 ) == [("s",)]
+
+
+def test_the_seed_copies_the_generated_values_the_topic_carries(
+        stack, source, prefix, start, pg_major, tmp_path):
+    """The replica's seed (--seed-from) copies from the source the columns of the topic's
+    schema: with the generated ones on 18, into a plain column of its own table and never into
+    one the target generates."""
+    execute(source, TABLE, "insert into g (id, a) select i, i from generate_series(1, 50) i",
+            "create table h (like g including all)", "insert into h (id, a) values (1, 1)")
+    start()
+    wait_streaming(source, prefix)
+    with fresh_database(stack.pg_dsn) as target, open(tmp_path / "seed.log", "ab") as log:
+        execute(target, TABLE.replace(" g ", " h "))  # empty, and generates b itself
+        seed = subprocess.run(
+            [sys.executable, "-m", "bottler", "materialize", "postgres", "--target", target,
+             "--seed-from", source, "--topic-prefix", prefix, "--broker", stack.kafka,
+             "--schema-registry", stack.registry_url, "--on-poison", "stop", "--once"],
+            stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ), timeout=300)
+        assert seed.returncode == 0, (tmp_path / "seed.log").read_text()
+        assert dict(rows(target, "select table_name, state from bottler.seeds")) == {
+            "g": "done", "h": "done"}
+        g = "select id, a, b from g order by id" if pg_major != "15" else "select id, a from g"
+        assert rows(target, g) == rows(source, g)
+        assert rows(target, "select id, a, b from h") == [(1, 1, 2)]
