@@ -70,7 +70,8 @@ def _run(s: CaptureSettings, catalog, stop: threading.Event) -> None:
     registrar = Registrar(s.schema_registry) if s.output_format == "avro" else None
     if registrar:
         registrar.check()
-    publications = Publications(catalog, s.slot, s.publication, s.tables, s.allow_unkeyed)
+    publications = Publications(catalog, s.slot, s.publication, s.tables, s.allow_unkeyed,
+                                s.generated_columns)
     published = publications.check()
     database.check_toast(catalog, published, s.replica_identity_full)
     undo = Undo(s.postgres, admin, registrar)
@@ -133,7 +134,8 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, undo: 
 
     options = StreamOptions(
         s.postgres, s.slot, publications.existing(), s.heartbeat_interval, s.transaction_topic,
-        s.incremental_chunk_rows, s.spool_dir if s.stream_large_transactions else None)
+        s.incremental_chunk_rows, s.spool_dir if s.stream_large_transactions else None,
+        publications.generated)
     streamer = Streamer(options, tables, control, publisher, admin, heartbeats=catalog,
                         watcher=Watcher(publications) if publications.managed else None,
                         progress=progress)

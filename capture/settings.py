@@ -77,6 +77,11 @@ class CaptureSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings, Metr
         "--failover", help="auto, on or off: create the slot as a failover slot, which a "
         "standby with sync_replication_slots keeps a copy of (PostgreSQL 17+; auto: where the "
         "server has them)")] = "auto"
+    # PostgreSQL 18 publishes stored generated columns when the publication asks
+    # (publish_generated_columns = stored): auto asks where the server can, never on older ones
+    generated_columns: Annotated[Literal["auto", "on", "off"], Flag(
+        "--generated-columns", help="auto, on or off: publish stored generated columns as "
+        "values (PostgreSQL 18+; auto: where the server can)")] = "auto"
     replica_identity_full: Annotated[bool, Flag(
         "--replica-identity-full",
         help="Set REPLICA IDENTITY FULL on tables with TOASTable columns.")] = False

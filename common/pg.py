@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -15,7 +16,7 @@ def connect(dsn: str, **kwargs) -> psycopg.Connection:
     try:
         return psycopg.connect(dsn, connect_timeout=10, **kwargs)
     except psycopg.OperationalError as exc:
-        reason = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))
+        reason = redact(_reason(exc))
         if "pg_hba" in reason:
             hint = "add a line for this host, user and database to the server's pg_hba.conf"
         elif "password authentication failed" in reason:
@@ -26,6 +27,22 @@ def connect(dsn: str, **kwargs) -> psycopg.Connection:
         raise BottlerError(message, hint) from None
     except psycopg.ProgrammingError as exc:
         raise BottlerError(f"invalid PostgreSQL DSN {redact(dsn)}: {redact(str(exc))}") from None
+
+
+# psycopg's summary of a multi-host DSN's attempts: one line per host after the last one's error
+_ATTEMPT = re.compile(r"^- host: '([^']*)', port: '([^']*)'.*failed: ([^:]*)$")
+
+
+def _reason(exc: psycopg.OperationalError) -> str:
+    """Why the connection failed, in one line; with several hosts (``host=a,b``), each one's."""
+    text = str(exc).strip()
+    if not text:
+        return repr(exc)
+    attempts = [m.groups() for line in text.splitlines() if (m := _ATTEMPT.match(line))]
+    if len(attempts) > 1:
+        return "no host of the DSN answered: " + ", ".join(
+            f"{host}:{port} ({why.strip()})" for host, port, why in attempts)
+    return text.splitlines()[0]
 
 
 def client_args(dsn: str) -> tuple[str, dict[str, str]]:

@@ -352,7 +352,8 @@ def test_a_slot_in_use_by_another_process_is_named_with_its_pid(
 
 # -- 7. unreachable or refused database ------------------------------------------------------
 
-@pytest.mark.parametrize("case", ["wrong-password", "wrong-password-keywords", "nothing-listens"])
+@pytest.mark.parametrize("case", ["wrong-password", "wrong-password-keywords", "nothing-listens",
+                                  "no-host-listens"])
 def test_a_database_that_refuses_or_is_unreachable_shows_the_dsn_masked(
     stack, source, prefix, make_role, passwords, case
 ):
@@ -366,15 +367,25 @@ def test_a_database_that_refuses_or_is_unreachable_shows_the_dsn_masked(
         dsn = (f"host={info['host']} port={info['port']} dbname={info['dbname']} "
                f"user={role.name} password={wrong}")
         expected = ("password=***", "password authentication failed")
-    else:
+    elif case == "nothing-listens":
         port = free_port()
         dsn = f"postgresql://{role.name}:{role.password}@127.0.0.1:{port}/{info['dbname']}"
         expected = (f"postgresql://{role.name}:***@127.0.0.1:{port}/", "refused")
+    else:  # a multi-host DSN (as for a standby taking over): every host is named
+        one, two = free_port(), free_port()
+        dsn = (f"host=127.0.0.1,127.0.0.1 port={one},{two} dbname={info['dbname']} "
+               f"user={role.name} password={role.password}")
+        expected = ("no host of the DSN answered", f"127.0.0.1:{one} (Connection refused)",
+                    f"127.0.0.1:{two} (Connection refused)")
     started = time.monotonic()
     proc = bottler("capture", "-d", dsn, "-s", prefix, *services(stack))
     assert time.monotonic() - started < 30
     assert_clear_error(proc, "cannot connect to PostgreSQL", *expected,
                        secrets=(*passwords, wrong))
+    # nothing was created: the database is the first thing the capture reaches
+    assert scalar(source, "select count(*) from pg_replication_slots where slot_name = %s",
+                  prefix) == 0
+    assert scalar(source, "select count(*) from pg_publication where pubname = %s", prefix) == 0
 
 
 # -- 8. unreachable broker and registry ------------------------------------------------------

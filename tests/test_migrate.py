@@ -285,3 +285,29 @@ def test_the_cutover_never_moves_a_target_sequence_backwards(pair):
     assert rows(target, "select last_value from orders_id") == [(900,)]
     assert rows(target, "select last_value from tickets") == [(80,)]  # behind: moved forward
     assert any("orders_id kept at 900" in note for note in done.notes)
+
+
+def test_the_cutover_notes_each_generated_column_the_target_does_not_generate(pair):
+    """A generated column of the source: plain in the target (the replica wrote the values
+    PostgreSQL 18 publishes) or missing (15 does not publish it) is noted; one the target
+    generates too is not."""
+    import psycopg
+
+    from bottler.migrate.definitions import carry
+
+    source, target = pair
+    generated = "int generated always as (a * 2) stored"
+    execute(source, *(f"create table {t} (id int primary key, a int, b {generated})"
+                      for t in ("g_both", "g_plain", "g_missing")))
+    execute(target, f"create table g_both (id int primary key, a int, b {generated})",
+            "create table g_plain (id int primary key, a int, b int)",
+            "create table g_missing (id int primary key, a int)")
+    with psycopg.connect(source, autocommit=True) as src, \
+            psycopg.connect(target, autocommit=True) as dst:
+        done = carry(src, dst, progress=lambda line: None)
+    notes = [n for n in done.notes if "generated column" in n]
+    assert len(notes) == 2, notes
+    assert "public.g_plain.b is a generated column in the source and a plain one" in notes[0] + \
+        notes[1]
+    assert "public.g_missing.b is a generated column in the source and missing" in notes[0] + \
+        notes[1]

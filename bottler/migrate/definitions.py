@@ -96,6 +96,24 @@ def _target_column(dst: psycopg.Connection, schema: str, table: str, column: str
         (schema, table, column)).fetchone()
 
 
+def _generated_note(dst: psycopg.Connection, schema: str, table: str, column: str) -> str | None:
+    """What the target lacks of a column the source generates: None if it generates it too."""
+    row = dst.execute(
+        "select a.attgenerated <> '' from pg_attribute a join pg_class c on c.oid = a.attrelid"
+        " join pg_namespace n on n.oid = c.relnamespace"
+        " where n.nspname = %s and c.relname = %s and a.attname = %s and not a.attisdropped",
+        (schema, table, column)).fetchone()
+    name = f"{schema}.{table}.{column}"
+    if row is None:
+        return (f"{name} is a generated column in the source and missing in the target (the "
+                "capture publishes generated columns from PostgreSQL 18): add it "
+                "(ALTER TABLE ... ADD COLUMN ... GENERATED ALWAYS AS (...) STORED)")
+    if not row[0]:
+        return (f"{name} is a generated column in the source and a plain one in the target "
+                "(PostgreSQL cannot make a column generated after the fact)")
+    return None
+
+
 def _sequence_exists(dst: psycopg.Connection, schema: str, name: str) -> bool:
     return dst.execute(
         """select 1 from pg_class c join pg_namespace n on n.oid = c.relnamespace
@@ -156,9 +174,8 @@ def carry(src: psycopg.Connection, dst: psycopg.Connection, margin: int = 0,
                 _qualified(schema, name), sql.Identifier(t_schema, t_name, column)))
     _carry_checks(dst, checks, run)
     for schema, table, column in generated:
-        done.notes.append(f"{schema}.{table}.{column} is a generated column in the source and a "
-                          "plain one in the target (PostgreSQL cannot make a column generated "
-                          "after the fact)")
+        if note := _generated_note(dst, schema, table, column):
+            done.notes.append(note)
     done.seconds = time.monotonic() - started
     return done
 

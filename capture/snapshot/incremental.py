@@ -99,7 +99,8 @@ class IncrementalSnapshots:
     def __init__(self, dsn: str, slot: str, tables: Tables, publications: list[str],
                  progress: CaptureState | None, chunk_rows: int,
                  data_error: Callable[[DataError], None],
-                 at_risk: Callable[[bytes | None, bytes | None], bool] = lambda k, v: False):
+                 at_risk: Callable[[bytes | None, bytes | None], bool] = lambda k, v: False,
+                 generated: bool = False):
         self.dsn = dsn
         self.slot = slot
         self.tables = tables
@@ -108,6 +109,7 @@ class IncrementalSnapshots:
         self.chunk_rows = chunk_rows
         self.data_error = data_error
         self.at_risk = at_risk
+        self.generated = generated  # the publications publish generated columns (18+)
         self.queue: list[Request] = []
         self.window: Window | None = None
         self.oids: frozenset[int] = frozenset()  # the tables to snapshot: changes are watched
@@ -143,7 +145,7 @@ class IncrementalSnapshots:
         """Snapshot these tables (recorded before returning: a crash cannot lose a request).
         ``restart``: one already under way starts over (the rows it published are stale)."""
         with session_connect(self.dsn) as conn:
-            found = describe_oids(conn, oids)
+            found = describe_oids(conn, oids, self.generated)
         for table in found:
             running = next((r for r in self.queue if r.oid == table.oid), None)
             if running is not None and restart:
@@ -208,7 +210,7 @@ class IncrementalSnapshots:
         conn.execute("begin isolation level repeatable read read only")
         try:
             snapshot = conn.execute("select pg_current_snapshot()::text").fetchone()[0]
-            found = describe_oids(conn, [request.oid])
+            found = describe_oids(conn, [request.oid], self.generated)
             window = self._read(conn, request, found[0], window_id, snapshot) if found else None
             gone = "it is gone (dropped?)"
         except UnkeyedTable:

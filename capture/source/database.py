@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
+from capture.source import versions
 from capture.source.typecatalog import load_columns
 from common.errors import BottlerError
 from common.pg import connect
@@ -45,19 +46,9 @@ def session_connect(dsn: str, **kwargs) -> psycopg.Connection:
     return connect(dsn, options=libpq_options(), **kwargs)
 
 
-OLDEST_SUPPORTED = 150000  # server_version_num: PostgreSQL 15 (docs/capture.md, versions)
-
-
 def preflight(conn: psycopg.Connection, slot: str) -> None:
     """Refuse early, with the fix, what would fail later."""
-    version = conn.info.server_version
-    if version < OLDEST_SUPPORTED:
-        raise BottlerError(
-            f"the source runs PostgreSQL {version // 10000}; bottler supports PostgreSQL 15 "
-            "and later",
-            "upgrade the source to PostgreSQL 15 or later (docs/capture.md lists what bottler "
-            "uses of each version)",
-        )
+    versions.check_supported(conn.info.server_version)
     settings = dict(conn.execute(
         "select name, setting from pg_settings "
         "where name in ('wal_level', 'max_replication_slots', 'max_wal_senders')"
@@ -125,9 +116,11 @@ def preflight(conn: psycopg.Connection, slot: str) -> None:
 
 
 def published_tables(
-    conn: psycopg.Connection, publications: list[str], only: list[str] | None = None
+    conn: psycopg.Connection, publications: list[str], only: list[str] | None = None,
+    generated: bool = False,
 ) -> list[SourceTable]:
-    """The tables ``publications`` publish (``only`` those, when given), described."""
+    """The tables ``publications`` publish (``only`` those, when given), described
+    (``generated``: with their generated columns, which the publications publish)."""
     found = {r[0] for r in conn.execute(
         "select pubname from pg_publication where pubname = any(%s)", (publications,))}
     for publication in publications:
@@ -158,11 +151,11 @@ def published_tables(
             f"{', '.join(missing)}; or drop them from --tables",
         )
     rows = [r for r in rows if not wanted or f"{r[1]}.{r[2]}" in wanted]
-    return describe(conn, rows, publications[0])
+    return describe(conn, rows, publications[0], generated)
 
 
 def describe(conn: psycopg.Connection, tables: list[tuple[int, str, str]],
-             publication: str = "") -> list[SourceTable]:
+             publication: str = "", generated: bool = False) -> list[SourceTable]:
     """Each (oid, schema, name) as the catalog describes it; raises on one this role may not
     read, with the grant that fixes it."""
     described = []
@@ -177,20 +170,22 @@ def describe(conn: psycopg.Connection, tables: list[tuple[int, str, str]],
         if not can_use_schema or not can_select:
             raise unreadable(conn, schema, name, publication, schema_usage=not can_use_schema)
         described.append(SourceTable(
-            oid=oid, schema=schema, name=name, columns=load_columns(conn, oid),
+            oid=oid, schema=schema, name=name,
+            columns=load_columns(conn, oid, include_generated=generated),
             key=key_columns(conn, oid, replident), replica_identity=replident,
             toastable=toastable_columns(conn, oid), pages=max(pages, 0),
         ))
     return described
 
 
-def describe_oids(conn: psycopg.Connection, oids: list[int]) -> list[SourceTable]:
+def describe_oids(conn: psycopg.Connection, oids: list[int],
+                  generated: bool = False) -> list[SourceTable]:
     """The tables of ``oids`` that still exist, described."""
     rows = conn.execute(
         "select c.oid, n.nspname, c.relname from pg_class c "
         "join pg_namespace n on n.oid = c.relnamespace where c.oid = any(%s) "
         "order by n.nspname, c.relname", (oids,)).fetchall()
-    return describe(conn, rows)
+    return describe(conn, rows, generated=generated)
 
 
 def unreadable(conn: psycopg.Connection, schema: str, name: str, publication: str,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from capture.source import database
+from capture.source import database, versions
 from capture.source.database import SETUP_DOC, SourceTable
 from common.errors import BottlerError
 
@@ -84,20 +84,24 @@ def unkeyed_name(main: str) -> str:
 
 class Publications:
     def __init__(self, conn: psycopg.Connection, slot: str, publication: str | None,
-                 tables: list[str], allow_unkeyed: bool):
+                 tables: list[str], allow_unkeyed: bool, generated_columns: str = "off"):
         self.conn = conn
         self.managed = publication is None  # the capture's own, else the user's as it is
         self.main = publication or slot
         self.unkeyed = unkeyed_name(self.main) if self.managed and allow_unkeyed else None
         self.tables = [_qualify(t) for t in tables]
         self.allow_unkeyed = allow_unkeyed
+        self.asked_generated = generated_columns  # --generated-columns: auto, on or off
+        self.generated = False  # stored generated columns published as values: check() says
         self._failed: set[int] = set()  # tables a scan could not move, named once
 
     # -- start-up: checks only, nothing is created ------------------------------------------
     def check(self) -> list[SourceTable]:
         """The tables to capture, after every check on them; raises with the fix."""
+        self.generated = self._generated()
         if not self.managed:
-            published = database.published_tables(self.conn, [self.main], self.tables)
+            published = database.published_tables(self.conn, [self.main], self.tables,
+                                                   self.generated)
             database.check_keys(published, self.allow_unkeyed)
             return published
         for name, in self.conn.execute(
@@ -122,13 +126,14 @@ class Publications:
                 )
             wanted = [by_name[t] for t in dict.fromkeys(self.tables)]
         published = database.describe(self.conn, [(c.oid, c.schema, c.name) for c in wanted],
-                                    self.main)
+                                    self.main, self.generated)
         database.check_keys(published, self.allow_unkeyed)
         return published
 
     def published(self, conn: psycopg.Connection) -> list[SourceTable]:
         """The tables the publications publish, as ``conn`` (inside a snapshot) sees them."""
-        return database.published_tables(conn, self.existing(), [] if self.managed else self.tables)
+        return database.published_tables(conn, self.existing(), [] if self.managed else self.tables,
+                                         self.generated)
 
     def candidates(self) -> list[Candidate]:
         return [Candidate(*row) for row in self.conn.execute(CANDIDATES).fetchall()]
@@ -166,13 +171,54 @@ class Publications:
             statement = sql.SQL("CREATE PUBLICATION {}").format(sql.Identifier(name))
             if cs:
                 statement += sql.SQL(" FOR TABLE ") + sql.SQL(", ").join(c.ident for c in cs)
-            if name == self.unkeyed:
-                statement += sql.SQL(" WITH (publish = {})").format(sql.Literal(INSERTS_ONLY))
+            options = [sql.SQL("publish = {}").format(sql.Literal(INSERTS_ONLY))
+                       ] if name == self.unkeyed else []
+            if self.generated:
+                options.append(sql.SQL("publish_generated_columns = stored"))
+            if options:
+                statement += sql.SQL(" WITH ({})").format(sql.SQL(", ").join(options))
             self._create(name, statement)
             created.append(name)
+        self._align_generated(exists)
         if with_tables and exists:
             self.sync(candidates, strict=True)
         return created
+
+    def _generated(self) -> bool:
+        """Whether generated columns are published: --generated-columns on the managed
+        publications; a user's publication decides, and an explicit flag must agree with it."""
+        version = self.conn.info.server_version
+        wanted = versions.publishes_generated(self.asked_generated, version)
+        if self.managed or version < versions.GENERATED_COLUMNS:
+            return wanted
+        row = self.conn.execute("select pubgencols = 's' from pg_publication where pubname = %s",
+                                (self.main,)).fetchone()
+        if row is None:
+            return wanted  # published_tables says it does not exist
+        if self.asked_generated != "auto" and row[0] != wanted:
+            name = sql.Identifier(self.main).as_string(self.conn)
+            raise BottlerError(
+                f"publication {self.main} {'publishes' if row[0] else 'does not publish'} "
+                f"generated columns, and --generated-columns is {self.asked_generated}",
+                f"have its owner run ALTER PUBLICATION {name} SET (publish_generated_columns = "
+                f"{'stored' if wanted else 'none'}); or pass --generated-columns auto",
+            )
+        return row[0]
+
+    def _align_generated(self, names: set[str]) -> None:
+        """The managed publications that exist publish generated columns as asked now (a
+        restart with another --generated-columns: the stream's Relation messages follow)."""
+        if self.conn.info.server_version < versions.GENERATED_COLUMNS or not names:
+            return
+        value = "s" if self.generated else "n"
+        for name, in self.conn.execute(
+                "select pubname from pg_publication where pubname = any(%s) and pubgencols <> %s",
+                (sorted(names), value)).fetchall():
+            self.conn.execute(sql.SQL("ALTER PUBLICATION {} SET (publish_generated_columns = {})")
+                              .format(sql.Identifier(name),
+                                      sql.SQL("stored" if self.generated else "none")))
+            log.info("publication %s: generated columns %s", name,
+                     "published" if self.generated else "no longer published")
 
     def want(self, c: Candidate) -> str | None:
         """Where a table belongs now: None when out of scope or not capturable."""

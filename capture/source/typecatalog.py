@@ -115,9 +115,9 @@ def load_columns(
     """The live columns of the relation ``relid`` (attnum > 0, not dropped), in attnum order.
     An unknown ``relid`` gives an empty list.
 
-    Generated columns are left out unless ``include_generated``: neither ``COPY table TO`` nor
-    pgoutput (before PostgreSQL 18's ``publish_generated_columns``) sends them, so the list
-    then matches the tuples the capture receives, column for column.
+    Generated columns are left out unless ``include_generated``: pgoutput sends them only from
+    a publication with PostgreSQL 18's ``publish_generated_columns = stored`` (and the snapshot
+    then selects them by name), so the list matches the tuples the capture receives.
     """
     if cache is None:
         cache = {}

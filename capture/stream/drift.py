@@ -16,7 +16,8 @@ from common.lsn import Lsn
 
 __all__ = ["Drift"]
 
-# The published tables' live columns as pgoutput sends them (generated ones left out), and
+# The published tables' live columns as pgoutput sends them (generated ones only when the
+# publications publish them, PostgreSQL 18's publish_generated_columns), and
 # where the WAL is now: every DDL this sees committed before that position.
 SHAPES = """
 select c.oid, n.nspname::text, c.relname::text,
@@ -27,17 +28,19 @@ from pg_publication_tables p
 join pg_namespace n on n.nspname = p.schemaname
 join pg_class c on c.relnamespace = n.oid and c.relname = p.tablename
 join pg_attribute a on a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped
-     and a.attgenerated = ''
+     and (a.attgenerated = '' or %s)
 where p.pubname = any(%s)
 group by c.oid, n.nspname, c.relname
 """
 
 
 class Drift:
-    def __init__(self, catalog: psycopg.Connection, publications: list[str], tables: Tables):
+    def __init__(self, catalog: psycopg.Connection, publications: list[str], tables: Tables,
+                 generated: bool = False):
         self.catalog = catalog
         self.publications = publications
         self.tables = tables
+        self.generated = generated
         self._seen: tuple[int, dict[int, list]] | None = None  # (WAL position, oid -> shape)
 
     def check(self, streamed: int) -> list[int]:
@@ -52,7 +55,7 @@ class Drift:
         return due
 
     def _look(self) -> tuple[int, dict[int, list]]:
-        rows = self.catalog.execute(SHAPES, (self.publications,)).fetchall()
+        rows = self.catalog.execute(SHAPES, (self.generated, self.publications)).fetchall()
         drifted = {}
         for oid, schema, name, names, types, _ in rows:
             met = self.tables.last_met(oid, schema, name)

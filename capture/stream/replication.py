@@ -35,6 +35,7 @@ class StreamOptions:
     # server's system identifier; None: protocol 1, each transaction sent by the server at its
     # commit.
     spool_dir: Callable[[str], Path] | None = None
+    generated: bool = False  # the publications publish stored generated columns (18+)
 
 
 class Replication:

@@ -55,11 +55,11 @@ class Streamer:
         # Tables re-published in chunks between the stream's transactions (new ones, requests).
         self.incremental = IncrementalSnapshots(
             options.dsn, options.slot, tables, options.publications, progress,
-            options.chunk_rows, publisher.data_error, publisher.at_risk)
+            options.chunk_rows, publisher.data_error, publisher.at_risk, options.generated)
         self.changes = Changes(tables, publisher, self.incremental, control, admin,
                                self.positions)
         self.watch = TableWatch(tables, watcher, Drift(tables.catalog, options.publications,
-                                                       tables), self.incremental)
+                                                       tables, options.generated), self.incremental)
         self.heartbeats = Heartbeats(heartbeats, options.heartbeat_interval)
         self.streamed: Streamed | None = None  # with streaming (protocol 2+), once started
         self.feedback: Feedback | None = None  # once started

@@ -70,7 +70,7 @@ class TableWatch:
         self._drift_at = now
         for oid in self.drift.check(streamed):
             try:
-                found = describe_oids(self.tables.catalog, [oid])
+                found = describe_oids(self.tables.catalog, [oid], self.drift.generated)
                 why = self.tables.described(found[0]) if found else None
             except UnkeyedTable:
                 continue  # its next change says so, as --on-error has it

@@ -194,7 +194,7 @@ class Tables:
     def _columns(self, m: messages.Relation) -> list[Column]:
         """Columns as the stream describes them (the catalog may already be ahead of the WAL),
         completed from the catalog where it still agrees (NOT NULL, array dimensions)."""
-        current = {c.name: c for c in load_columns(self.catalog, m.oid)}
+        current = {c.name: c for c in load_columns(self.catalog, m.oid, include_generated=True)}
         columns = []
         for rc in m.columns:
             known = current.get(rc.name)

@@ -79,6 +79,7 @@ class ColumnShape:
     field: str = ""  # the Avro field name (empty for a shape read from the catalog)
     missing: str | None = None  # ``pg.missing``: the value of rows older than the column
     renamed: str | None = None  # ``pg.renamed``: the column's name before RENAME COLUMN
+    generated: bool = False  # the target's column is GENERATED: it computes its own values
 
 
 @dataclass(frozen=True)
@@ -119,9 +120,10 @@ def existing_shape(conn: psycopg.Connection, table: TableId) -> TableShape | Non
         return None
     oid = row[0]
     columns = tuple(
-        ColumnShape(name, typ, notnull)
-        for name, typ, notnull in conn.execute(
-            "select attname, format_type(atttypid, atttypmod), attnotnull from pg_attribute"
+        ColumnShape(name, typ, notnull, generated=generated)
+        for name, typ, notnull, generated in conn.execute(
+            "select attname, format_type(atttypid, atttypmod), attnotnull, attgenerated <> ''"
+            " from pg_attribute"
             " where attrelid = %s and attnum > 0 and not attisdropped order by attnum",
             (oid,),
         ).fetchall()

@@ -139,8 +139,8 @@ def conflicts(conn: psycopg.Connection, table: TableId, existing: TableShape,
     have = {c.name: c for c in existing.columns}
     for column in desired.columns:
         current = have.get(column.name)
-        if current is None or column.name in owned.columns:
-            continue  # added, or the replica's own: evolved to the source's type
+        if current is None or column.name in owned.columns or current.generated:
+            continue  # added, the replica's own (evolved to the source's type), or computed
         if not _accepts(conn, current.type, column.type):
             raise TargetConflict(
                 f"target column {table}.{column.name} is {current.type}, but the source's is"

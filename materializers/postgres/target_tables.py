@@ -4,6 +4,7 @@ changes it receives (under the replica's ownership rules), and described for wri
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,7 +103,11 @@ class TargetTables:
         if existing is None or mine != owned.columns:
             ownership.record(self._conn, segment.table,
                              ownership.Ownership(owned.adopted, frozenset(mine)), segment.topic)
-        known = self._describe(segment.table, desired, schema, segment.value_schema_id)
+        # a column the user made GENERATED (the source's is too) computes its own values:
+        # PostgreSQL refuses any written into it
+        computed = {c.name for c in existing.columns if c.generated} if existing else set()
+        known = self._describe(segment.table, desired, schema, segment.value_schema_id,
+                               computed)
         self._tables[segment.table] = known
         return known
 
@@ -121,12 +126,16 @@ class TargetTables:
             self._conn.execute(fallback)
 
     def _describe(self, table_id: TableId, shape: TableShape, schema: dict,
-                  schema_id: int | None) -> TargetTable:
+                  schema_id: int | None, computed: Collection[str] = ()) -> TargetTable:
+        """The table as the replica writes it: each field of ``schema`` into its column, but
+        those of the ``computed`` (generated) columns."""
         schema, named = resolve_names(schema)
         fields = []
         by_name = {c.name: c for c in shape.columns}
         for f in schema["fields"]:
             name = f.get("pg.name", f["name"])
+            if name in computed:
+                continue
             column = by_name.get(name) or ColumnShape(name, "text")
             fields.append((f["name"], name,
                            text_converter(f["type"], named, f.get("pg.type", ""), column.type)))

@@ -236,16 +236,23 @@ class Seeder(CaptureWatch):
         """The target table ready and empty, and the page ranges to copy; none if the table
         cannot be seeded (then marked so, and read from its topic)."""
         found = source.execute(
-            "select a.attname, format_type(a.atttypid, a.atttypmod), a.atttypid < 16384"
-            " from pg_attribute a"
+            "select a.attname, format_type(a.atttypid, a.atttypmod), a.atttypid < 16384,"
+            " a.attgenerated <> '' from pg_attribute a"
             " where a.attrelid = to_regclass(%s) and a.attnum > 0 and not a.attisdropped"
-            " and a.attgenerated = '' order by a.attnum", (qualified(table.id),)).fetchall()
-        columns = [(name, type_) for name, type_, _ in found]
+            " order by a.attnum", (qualified(table.id),)).fetchall()
+        # the topic's columns: with the generated ones where the capture publishes them
+        # (PostgreSQL 18's publish_generated_columns), else without
+        every = [(name, type_) for name, type_, _, _ in found]
+        columns = [(name, type_) for name, type_, _, generated in found if not generated]
         if not columns:
             table.failed = "the table is not in the source's snapshot"
             return []
         versions = self._versions(table.topic)
-        match = next(((i, s) for i, s in versions if _fields(s) == columns), None)
+        match = None
+        for shape in (every, columns):
+            if match := next(((i, s) for i, s in versions if _fields(s) == shape), None):
+                columns = shape
+                break
         key = self._subject_latest(f"{table.topic}-key")
         if match is None or key is None:
             table.failed = ("no value schema of its topic has the source's columns"
@@ -266,7 +273,7 @@ class Seeder(CaptureWatch):
         # it is exact only between servers of one major version, for the same types, and for
         # built-in ones (binary arrays and records carry type OIDs, which differ between
         # databases for types users create); otherwise text, as pg_dump uses.
-        table.binary = (self.same_version and all(builtin for _, _, builtin in found)
+        table.binary = (self.same_version and all(builtin for _, _, builtin, _ in found)
                         and all(target_type == source_types[column]
                                 for column, target_type in made))
         target.execute(f"truncate {qualified(table.id)}")  # an unfinished attempt's rows
