@@ -53,10 +53,12 @@ status: $(STAMP)
 
 # Two workers, each with a stack of its own, each given whole modules (pytest-xdist): most of a
 # service test is waiting on processes, and two at once take 2 cores' worth of the work in about
-# 2/3 of the time (docs/quickstart.md). TEST_WORKERS=0 runs the suite in this process alone.
+# 2/3 of the time (docs/quickstart.md); in the order tests/conftest.py gives them, slowest first.
+# TEST_WORKERS=0 runs the suite in this process alone.
 TEST_WORKERS ?= 2
 test: deps
-	$(BIN)/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+	$(BIN)/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile \
+		--no-loadscope-reorder)
 
 # The fault suite alone, longer and harder than in `make test` (tests/faults/test_faults.py).
 test-faults: deps
