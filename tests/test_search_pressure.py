@@ -11,6 +11,7 @@ nothing a test can send)."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from materializers.search.client import SearchClient
 from materializers.search.reader import ReaderOptions
@@ -22,22 +23,28 @@ from tests.support.waiting import wait_for, wait_streaming
 
 PRESSURE = {"thread_pool.write.size": "1", "thread_pool.write.queue_size": "1"}
 ROWS = 3000
+BATCH = 500  # documents per bulk of the view
+# the view's refusals (of items, or of requests) after which the hammers stop: two of its bulks
+# refused whole at least, and never the nine in a row that would use up its retries
+PUSHBACK = 2 * BATCH
 
 
 class Hammer(threading.Thread):
-    """Sends bulks of 200 documents to an index of its own, back to back, until stopped; counts
-    the answers that refused them (a whole 429, or items refused with 429)."""
+    """Sends bulks of 200 documents to an index of its own, back to back, until stopped or
+    ``enough()``; counts the answers that refused them (a whole 429, or items refused with
+    429)."""
 
     BODY = b"".join(b'{"index":{}}\n{"n":%d}\n' % i for i in range(200))
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, enough: Callable[[], bool]):
         super().__init__(daemon=True)
+        self.enough = enough
         self.client = SearchClient(url, retries=0)
         self.stop = threading.Event()
         self.bulks = self.refused = 0
 
     def run(self):
-        while not self.stop.is_set():
+        while not self.stop.is_set() and not self.enough():
             answer = self.client.request("POST", "/hammer/_bulk", self.BODY, ndjson=True,
                                          params={"filter_path": "status,items.*.status"},
                                          ok=(429,))
@@ -55,14 +62,14 @@ def test_the_engines_429s_are_retried_and_the_rebuild_loses_nothing(stack, sourc
         start()
         wait_streaming(source, prefix)  # the table's rows are in its topic
         view = SearchClient(node.wait_ready())
-        hammers = [Hammer(node.url), Hammer(node.url)]
+        hammers = [Hammer(node.url, lambda: view.refused[429] >= PUSHBACK) for _ in range(2)]
         for hammer in hammers:
             hammer.start()
         try:  # the node refuses bulks before the rebuild starts
             wait_for(lambda: sum(h.refused for h in hammers), 60, "a 429 to the hammers")
             done = reindex(view, "items", ReaderOptions(
                 bootstrap=stack.kafka, registry=stack.registry_url, prefix=prefix,
-                progress=False, batch_size=500, loop_options={"batch_timeout": 0.2}),
+                progress=False, batch_size=BATCH, loop_options={"batch_timeout": 0.2}),
                 max_lag=0, handover_timeout=0)
         finally:
             for hammer in hammers:
