@@ -247,7 +247,7 @@ def test_429s_and_partial_bulk_failures_are_retried_with_backoff(stack, client, 
         sink.flush()
         # two requests refused whole, one answered with its first item refused, one retry
         assert proxy.bulks == 4
-        assert counted.refused == {429: 3}  # two requests, one item
+        assert counted.refused == {429: 3}  # two requests, a bulk with one item refused
         assert sorted(d["id"] for d in documents(sink, TableId("public", "kinds"))) == \
             list(range(10))
     finally:

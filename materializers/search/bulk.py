@@ -153,8 +153,8 @@ class BulkWriter:
                     outcome.rejected.append((action, f"{status} {reason}"))
             if not retry:
                 return outcome
-            for status, times in refused.items():
-                self.client.count_refused(status, times)
+            for status in refused:  # one answer that asked to retry, whatever its items
+                self.client.count_refused(status)
             if attempt == self.retries:
                 raise SearchError(f"{len(retry)} documents still refused after "
                                   f"{self.retries} retries (the cluster is overloaded)",

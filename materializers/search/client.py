@@ -4,7 +4,7 @@ made here need nothing more than JSON over HTTP).
 
 Requests that fail with 429 or a 5xx status, or cannot connect, are retried with exponential
 backoff; anything else raises :class:`SearchError` at once. ``SearchClient.refused`` counts the
-statuses the cluster asked to retry (of whole requests here, of bulk items in bulk.py).
+answers that asked to retry, by status (of whole requests here, of bulk items in bulk.py).
 """
 
 from __future__ import annotations
@@ -83,13 +83,13 @@ class SearchClient:
             maxsize=4, retries=False, timeout=urllib3.Timeout(connect=10, read=timeout)
         )
         self._flavour: Flavour | None = None
-        self.refused: Counter[int] = Counter()  # status -> answers asking to retry
+        # status -> answers asking to retry: requests refused whole, bulks with refused items
+        self.refused: Counter[int] = Counter()
         self._lock = threading.Lock()
 
-    def count_refused(self, status: int, times: int = 1) -> None:
-        """Count ``times`` answers (requests or bulk items) of a status asking to retry."""
-        with self._lock:
-            self.refused[status] += times
+    def count_refused(self, status: int) -> None:
+        with self._lock:  # bulk requests run in threads
+            self.refused[status] += 1
 
     # -- requests ---------------------------------------------------------------------------
 
