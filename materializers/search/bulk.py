@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -134,7 +135,7 @@ class BulkWriter:
             items = answer.get("items", [])
             if len(items) != len(chunk):
                 raise SearchError(f"bulk answer has {len(items)} items for {len(chunk)} actions")
-            retry = []
+            retry, refused = [], Counter()
             for (action, data), item in zip(chunk, items, strict=True):
                 (op, result), = item.items()
                 status = result.get("status", 500)
@@ -144,6 +145,7 @@ class BulkWriter:
                     outcome.stale += 1
                 elif status in RETRY_STATUSES or status >= 500:
                     retry.append((action, data))
+                    refused[status] += 1
                 else:
                     error = result.get("error", {})
                     reason = (f"{error.get('type')}: {error.get('reason')}"
@@ -151,11 +153,14 @@ class BulkWriter:
                     outcome.rejected.append((action, f"{status} {reason}"))
             if not retry:
                 return outcome
+            for status in refused:  # one answer that asked to retry, whatever its items
+                self.client.count_refused(status)
             if attempt == self.retries:
                 raise SearchError(f"{len(retry)} documents still refused after "
                                   f"{self.retries} retries (the cluster is overloaded)",
                                   hint="the batch is replayed when the materializer restarts")
-            log.warning("bulk: %d of %d items to retry in %.1f s", len(retry), len(chunk), delay)
+            log.warning("bulk: %d of %d items refused (status %s), retrying in %.1f s",
+                        len(retry), len(chunk), ", ".join(map(str, sorted(refused))), delay)
             time.sleep(delay)
             delay = min(delay * 2, self.max_backoff)
             chunk = retry

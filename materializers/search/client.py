@@ -3,7 +3,8 @@ OpenSearch 1/2/3 (the official ``elasticsearch`` client refuses OpenSearch, and 
 made here need nothing more than JSON over HTTP).
 
 Requests that fail with 429 or a 5xx status, or cannot connect, are retried with exponential
-backoff; anything else raises :class:`SearchError` at once.
+backoff; anything else raises :class:`SearchError` at once. ``SearchClient.refused`` counts the
+answers that asked to retry, by status (of whole requests here, of bulk items in bulk.py).
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -80,6 +83,13 @@ class SearchClient:
             maxsize=4, retries=False, timeout=urllib3.Timeout(connect=10, read=timeout)
         )
         self._flavour: Flavour | None = None
+        # status -> answers asking to retry: requests refused whole, bulks with refused items
+        self.refused: Counter[int] = Counter()
+        self._lock = threading.Lock()
+
+    def count_refused(self, status: int) -> None:
+        with self._lock:  # bulk requests run in threads
+            self.refused[status] += 1
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -112,6 +122,8 @@ class SearchClient:
                     if isinstance(answer, dict) and status >= 300:
                         answer.setdefault("status", status)
                     return answer
+                if status in RETRY_STATUSES:
+                    self.count_refused(status)
                 if status not in RETRY_STATUSES or attempt == self.retries:
                     raise SearchError(f"{method} {path}: {status} {_reason(answer)}",
                                       status, answer)
