@@ -73,7 +73,8 @@ SLOW_MODULES = ("test_stack_lifecycle", "test_stack_stops", "test_client_propert
                 "test_secured_broker", "test_core_behaviour", "test_faults",
                 "test_warehouse_cli", "test_warehouse_spark_route", "test_exposure",
                 "test_warehouse_job", "test_conformance", "test_scale_out", "test_cutover",
-                "test_capture_errors", "test_stack_supervision", "test_replica_ownership")
+                "test_capture_errors", "test_stack_supervision", "test_replica_ownership",
+                "test_search_pressure", "test_stack_search_errors")
 
 
 def _pure_modules_last(items: list) -> None:
