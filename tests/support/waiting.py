@@ -3,6 +3,7 @@ run in a thread for the body of a `with`."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -80,3 +81,13 @@ def wait_streaming(dsn: str, slot: str, timeout: float = 60) -> None:
                 (slot,)).fetchone() == (True,)
 
     wait_for(active, timeout, f"a capture streaming from slot {slot}")
+
+
+def stop_gracefully(process: subprocess.Popen, grace: float = 60.0) -> None:
+    """SIGTERM (a JVM node's graceful shutdown), then a kill if it takes over ``grace`` s."""
+    process.terminate()
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
