@@ -181,6 +181,19 @@ def await_topics(admin, names, timeout: float = 30.0) -> None:
             time.sleep(0.05)
 
 
+def settled(futures: Mapping[Any, Any]) -> dict[Any, Any]:
+    """Each of an admin request's futures once all are done: its result, or the exception it
+    failed with, returned, not raised. A raised exception's traceback holds the raising frame,
+    and through it the client and the futures: a reference cycle that the collector may free in
+    the client's own librdkafka thread (while it resolves a future), which aborts the process
+    ("rd_kafka_destroy() called from librdkafka owned thread"; seen when a view dropped its admin
+    client after a failed read)."""
+    import concurrent.futures
+
+    concurrent.futures.wait(list(futures.values()))
+    return {key: future.exception() or future.result() for key, future in futures.items()}
+
+
 def stable_ends(connection: Connection, partitions: list[tuple[str, int]],
                 timeout: float = 10.0) -> dict[tuple[str, int], int]:
     """Each partition's last stable offset: where a read_committed reader's log ends now (the
@@ -209,18 +222,20 @@ def _log_ends(connection: Connection, partitions: list[tuple[str, int]], timeout
     deadline = time.monotonic() + timeout
     while True:
         try:
-            answers = admin.list_offsets(asked, isolation_level=isolation,
-                                         request_timeout=timeout)
-            return {(tp.topic, tp.partition): future.result().offset
-                    for tp, future in answers.items()}
+            answers = settled(admin.list_offsets(asked, isolation_level=isolation,
+                                                 request_timeout=timeout))
         except KafkaException as exc:
-            if passing(exc.args[0]) and time.monotonic() < deadline:
-                time.sleep(0.2)  # a topic just made, or a broker just started: no leader yet
-                continue
-            topics = ", ".join(sorted({t for t, _ in partitions}))
-            raise BottlerError(f"cannot read the end offsets of {topics} from Kafka at "
-                               f"{servers(connection)}: {exc.args[0].str()}",
-                               "check that the broker is up, then start again") from None
+            answers = {None: exc}
+        failure = next((a for a in answers.values() if isinstance(a, KafkaException)), None)
+        if failure is None:
+            return {(tp.topic, tp.partition): answer.offset for tp, answer in answers.items()}
+        if passing(failure.args[0]) and time.monotonic() < deadline:
+            time.sleep(0.2)  # a topic just made, or a broker just started: no leader yet
+            continue
+        topics = ", ".join(sorted({t for t, _ in partitions}))
+        raise BottlerError(f"cannot read the end offsets of {topics} from Kafka at "
+                           f"{servers(connection)}: {failure.args[0].str()}",
+                           "check that the broker is up, then start again")
 
 
 _PASSING = {"_PARTITION_EOF", "NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE",

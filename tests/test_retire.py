@@ -16,6 +16,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from typer.testing import CliRunner
 
 from bottler.cli import app
+from materializers.core import watermarks
 from materializers.search import indices
 from materializers.search.client import SearchClient
 from tests.support.databases import execute, rows
@@ -183,3 +184,28 @@ def test_a_translator_stops_reading_a_deleted_input_with_one_line(stack, source,
     lines = [r.getMessage() for r in caplog.records if "no longer exists" in r.getMessage()]
     assert len(lines) == 1 and f"{prefix}.orders" in lines[0], lines
     assert not [line for line in later if "unknown" in line], later
+
+
+def test_watermarks_name_deleted_topics_gone_whether_some_or_all_of_those_asked_are(stack,
+                                                                                 prefix):
+    """librdkafka answers a ListOffsets whose partitions are all gone with _NOENT ("No leaders
+    found"), not UNKNOWN_TOPIC_OR_PART: a view that read only retired topics kept warning that
+    their watermarks were unknown instead of dropping them."""
+    kept, first, second = (f"{prefix}.{name}" for name in ("kept", "first", "second"))
+    for name in (kept, first, second):
+        create_topic(stack, name)
+    admin = AdminClient({"bootstrap.servers": stack.kafka})
+    for future in admin.delete_topics([first, second]).values():
+        future.result(30)
+    reader = watermarks.Reader(stack.kafka)
+
+    def read(asked: list[str]):
+        """(watermarks, gone) once both deletions reach the metadata (they take a moment)."""
+        gone: set[str] = set()
+        marks = watermarks.read(reader, [(t, 0) for t in asked], "t", gone)
+        return marks is not None and gone == {first, second} and (marks, gone)
+
+    marks, _ = wait_for(lambda: read([first, second]), 30, "the deleted topics named gone")
+    assert marks == {}
+    marks, _ = wait_for(lambda: read([kept, first, second]), 30, "the deleted topics named gone")
+    assert marks == {(kept, 0): (0, 0)}

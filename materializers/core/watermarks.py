@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from common.kafka import Connection, client_config
+from common.kafka import Connection, client_config, settled
 from materializers.core.changes import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -62,31 +62,36 @@ def read(reader: Reader, partitions: Iterable[TopicPartition], name: str,
         return {}
     admin = reader.admin
     try:
-        ends = [admin.list_offsets({tp: spec for tp in asked}, request_timeout=10)
-                for spec in (OffsetSpec.earliest(), OffsetSpec.latest())]
+        requests = [admin.list_offsets({tp: spec for tp in asked}, request_timeout=10)
+                    for spec in (OffsetSpec.earliest(), OffsetSpec.latest())]
     except KafkaException as exc:
         log.warning("%s: watermarks unknown for now: %s", name, exc.args[0].str())
         reader.failed()
         return None
-    lows, highs = ({(tp.topic, tp.partition): f for tp, f in end.items()} for end in ends)
+    lows, highs = ({(tp.topic, tp.partition): answer for tp, answer in settled(r).items()}
+                   for r in requests)  # settled: see there why nothing here raises
     marks: Watermarks = {}
     for tp in asked:
         key = (tp.topic, tp.partition)
-        try:
-            marks[key] = (lows[key].result().offset, highs[key].result().offset)
-        except KafkaException as exc:
-            if gone is not None and _vanished(admin, tp.topic, exc):
-                gone.add(tp.topic)
-                continue
+        failure = next((a for a in (lows[key], highs[key]) if isinstance(a, KafkaException)),
+                       None)
+        if failure is None:
+            marks[key] = (lows[key].offset, highs[key].offset)
+        elif gone is not None and _vanished(admin, tp.topic, failure):
+            gone.add(tp.topic)
+        else:
             log.warning("%s: watermarks of %s[%d] unknown for now: %s", name, tp.topic,
-                        tp.partition, exc.args[0].str())
+                        tp.partition, failure.args[0].str())
             reader.failed()
             return None
     return marks
 
 
+# When every partition asked is gone, librdkafka fails the whole request before asking for
+# offsets: _NOENT, "Failed to query partition leaders: No leaders found" (seen when `bottler
+# retire` deleted all the topics a replica read at once). The broker is asked either way.
 _MISSING = (KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART,
-            KafkaError._UNKNOWN_TOPIC)
+            KafkaError._UNKNOWN_TOPIC, KafkaError._NOENT)
 
 
 def _vanished(admin: AdminClient, topic: str, exc: KafkaException) -> bool:
