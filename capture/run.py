@@ -19,7 +19,7 @@ from capture.settings import CaptureSettings
 from capture.setup import state, topics
 from capture.setup.undo import Undo
 from capture.snapshot import exported
-from capture.source import database
+from capture.source import database, standby
 from capture.source.publication import Publications, Watcher
 from capture.source.slot import create_slot, drop_slot, failover_wanted
 from capture.stream.replication import StreamOptions
@@ -56,6 +56,19 @@ def run_capture(settings: CaptureSettings, stop: threading.Event | None = None) 
 def _run(s: CaptureSettings, catalog, stop: threading.Event) -> None:
     # Every check runs before anything is created: the database, Kafka, the registry, the tables.
     database.preflight(catalog, s.slot)
+    # A standby source: writes go to its primary (None: the source is the primary)
+    primary = standby.primary_of(catalog, s.primary)
+    s = s.model_copy(update={"primary": s.primary if primary else None})
+    try:
+        _checked(s, catalog, primary or catalog, stop)
+    finally:
+        if primary is not None:
+            primary.close()
+
+
+def _checked(s: CaptureSettings, catalog, writes, stop: threading.Event) -> None:
+    """The rest of the start; ``writes``: where the capture writes (the source, or the primary
+    of a standby source)."""
     # auto becomes on or off here, from what the server can do
     s = s.model_copy(update={"failover": "on" if failover_wanted(catalog, s.failover) else "off"})
     lost = slot_safety.is_lost(catalog, s.slot)
@@ -70,11 +83,11 @@ def _run(s: CaptureSettings, catalog, stop: threading.Event) -> None:
     registrar = Registrar(s.schema_registry) if s.output_format == "avro" else None
     if registrar:
         registrar.check()
-    publications = Publications(catalog, s.slot, s.publication, s.tables, s.allow_unkeyed,
+    publications = Publications(writes, s.slot, s.publication, s.tables, s.allow_unkeyed,
                                 s.generated_columns)
     published = publications.check()
-    database.check_toast(catalog, published, s.replica_identity_full)
-    undo = Undo(s.postgres, admin, registrar)
+    database.check_toast(writes, published, s.replica_identity_full)
+    undo = Undo(s.postgres, admin, registrar, primary=s.primary)
     with undo.on_failure():
         control = ControlEvents(s.topic_prefix, s.output_format, registrar)
     progress = undo.progress = state.CaptureState(s.broker, s.topic_prefix, s.kafka_config)
@@ -110,6 +123,7 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, undo: 
         if job is not None or _slot_lsn(catalog, s.slot) is not None:
             # the slot exists: tables that join now are copied by the stream
             undo.publications += publications.create(with_tables=False)
+            standby.catch_up(catalog, publications.conn, "the capture's publications")
             if job is not None:
                 undo.wrote(s.slot, recorded.get(s.slot))
                 try:
@@ -124,6 +138,7 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, undo: 
                     raise
         else:
             undo.publications += publications.create(with_tables=True)
+            standby.catch_up(catalog, publications.conn, "the capture's publications")
             undo.wrote(s.slot, recorded.get(s.slot))
             job = _new_slot(s, progress, tables, publications, undo)
     kafka_config = producer_config(s.kafka_config, s.topic_config)
@@ -135,8 +150,9 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, undo: 
     options = StreamOptions(
         s.postgres, s.slot, publications.existing(), s.heartbeat_interval, s.transaction_topic,
         s.incremental_chunk_rows, s.spool_dir if s.stream_large_transactions else None,
-        publications.generated)
-    streamer = Streamer(options, tables, control, publisher, admin, heartbeats=catalog,
+        publications.generated, s.primary)
+    # heartbeats are written where the publications are: a standby is read-only
+    streamer = Streamer(options, tables, control, publisher, admin, heartbeats=publications.conn,
                         watcher=Watcher(publications) if publications.managed else None,
                         progress=progress)
     gctune.tune()
@@ -218,12 +234,14 @@ def _new_slot(s: CaptureSettings, progress: state.CaptureState, tables: Tables,
               publications: Publications, undo: Undo) -> SnapshotJob | None:
     if s.skip_snapshot:
         progress.write(s.slot, **progress_records.skipped())
-        create_slot(s.postgres, s.slot, s.failover == "on").release()
+        with standby.running_xacts(s.primary):
+            create_slot(s.postgres, s.slot, s.failover == "on").release()
         undo.slot = s.slot
         log.info("created slot %s; snapshot skipped (--skip-snapshot)", s.slot)
         return None
     progress.write(s.slot, **progress_records.started())
-    new = create_slot(s.postgres, s.slot, s.failover == "on")
+    with standby.running_xacts(s.primary):
+        new = create_slot(s.postgres, s.slot, s.failover == "on")
     undo.slot = s.slot
     log.info("created %sslot %s at %s; snapshot %s", "failover " * (s.failover == "on"), s.slot,
              Lsn(new.consistent_lsn), new.snapshot)

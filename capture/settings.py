@@ -29,6 +29,12 @@ __all__ = ["CONFIG_ENV", "CaptureSettings", "load_settings"]
 class CaptureSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings, MetricsSettings):
     postgres: Annotated[str, Flag("--postgres", "-d", help="Source database DSN")] = Field(
         validation_alias=env("BOTTLER_PG_DSN", "BOTTLER_POSTGRES"))
+    # A hot standby (PostgreSQL 16+) decodes but is read-only: what the capture writes (its
+    # publications, heartbeats, watermarks) goes to its primary (capture/source/standby.py)
+    primary: Annotated[str | None, Flag(
+        "--primary", help="The primary's DSN (same database) when --postgres is a hot standby "
+        "(PostgreSQL 16+): the capture decodes on the standby and writes its publications and "
+        "heartbeats on the primary")] = None
     slot: Annotated[str, Flag("--slot", "-s", help="Replication slot name")] = "bottler"
     topic_prefix: Annotated[str, TOPIC_PREFIX.but(help="Prefix of every topic name")] = ""
     output_format: Annotated[Literal["avro", "json"], Flag(

@@ -207,7 +207,7 @@ class Settings(BaseSettings):
     _flags: frozenset[str] = PrivateAttr(frozenset())  # the parameters given on the command line
     # Settings never echoed back, not even when invalid (they may hold passwords).
     secret_fields: ClassVar[frozenset[str]] = frozenset(
-        {"kafka", "schema_registry", "postgres", "target", "source", "search", "users"})
+        {"kafka", "schema_registry", "postgres", "primary", "target", "source", "search", "users"})
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:

@@ -64,3 +64,11 @@ def emit_message_function(conn: psycopg.Connection) -> str:
         "select p.oid::regprocedure::text from pg_proc p "
         "where p.proname = 'pg_logical_emit_message' and p.proargtypes[2] = 'text'::regtype "
         "and p.pronamespace = 'pg_catalog'::regnamespace").fetchone()[0]
+
+
+# Where the server's WAL is, in SQL: a standby (in recovery) cannot ask pg_current_wal_lsn(),
+# and what it shows is what it has replayed.
+WAL_POSITION = ("(case when pg_is_in_recovery() then pg_last_wal_replay_lsn() "
+                "else pg_current_wal_lsn() end)")
+WAL_INSERT_POSITION = ("(case when pg_is_in_recovery() then pg_last_wal_replay_lsn() "
+                       "else pg_current_wal_insert_lsn() end)")

@@ -32,6 +32,7 @@ from capture.source.messages import unix_micros_to_pg_time
 from capture.source.slot import drop_slot
 from common.errors import BottlerError
 from common.lsn import Lsn
+from common.pg import WAL_POSITION
 from schemas.topics import table_topic
 
 log = logging.getLogger(__name__)
@@ -42,9 +43,9 @@ MIB = 1024 * 1024
 DOC = "docs/operations.md#slot-safety"
 WAL_STATUSES = ("reserved", "extended", "unreserved", "lost")
 
-QUERY = """
+QUERY = f"""
 select wal_status,
-       pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::float8,
+       pg_wal_lsn_diff({WAL_POSITION}, restart_lsn)::float8,
        safe_wal_size::float8
 from pg_replication_slots where slot_name = %s
 """
@@ -225,7 +226,7 @@ def recover(s: CaptureSettings, admin: AdminClient, control: ControlEvents,
 
 def _current_lsn(dsn: str) -> int:
     with psycopg.connect(dsn) as conn:
-        return Lsn.parse(conn.execute("select pg_current_wal_lsn()::text").fetchone()[0])
+        return Lsn.parse(conn.execute(f"select {WAL_POSITION}::text").fetchone()[0])
 
 
 def _pg_now() -> int:

@@ -17,8 +17,9 @@ log = logging.getLogger(__name__)
 
 
 class Undo:
-    def __init__(self, dsn: str, admin: AdminClient, registrar=None):
-        self.dsn = dsn
+    def __init__(self, dsn: str, admin: AdminClient, registrar=None, primary: str | None = None):
+        self.dsn = dsn  # the source: the slot
+        self.primary = primary or dsn  # the publications (a standby source's are its primary's)
         self.admin = admin
         self.publications: list[str] = []
         self.slot: str | None = None
@@ -52,13 +53,15 @@ class Undo:
             + [f"progress record {k}" for k in self.records]))
         self._records()
         try:
-            with session_connect(self.dsn, autocommit=True) as conn:
-                if self.slot:
+            if self.slot:
+                with session_connect(self.dsn, autocommit=True) as conn:
                     conn.execute("select pg_drop_replication_slot(slot_name) "
                                  "from pg_replication_slots where slot_name = %s", (self.slot,))
-                for name in self.publications:
-                    conn.execute(sql.SQL("drop publication if exists {}").format(
-                        sql.Identifier(name)))
+            if self.publications:
+                with session_connect(self.primary, autocommit=True) as conn:
+                    for name in self.publications:
+                        conn.execute(sql.SQL("drop publication if exists {}").format(
+                            sql.Identifier(name)))
         except Exception as exc:  # noqa: BLE001 - the start's own error is the one to report
             log.error("could not remove %s: %s; remove them by hand (bottler slot drop, "
                       "DROP PUBLICATION)", ", ".join(self.publications + [self.slot or ""]),

@@ -41,6 +41,7 @@ from capture.publish.errors import DataError
 from capture.publish.row import Row
 from capture.setup.state import CaptureState
 from capture.snapshot.exported import Chunk
+from capture.source import standby
 from capture.source.database import SourceTable, describe_oids, session_connect
 from capture.stream.tables import Tables, UnkeyedTable
 
@@ -100,8 +101,9 @@ class IncrementalSnapshots:
                  progress: CaptureState | None, chunk_rows: int,
                  data_error: Callable[[DataError], None],
                  at_risk: Callable[[bytes | None, bytes | None], bool] = lambda k, v: False,
-                 generated: bool = False):
+                 generated: bool = False, primary: str | None = None):
         self.dsn = dsn
+        self.primary = primary  # a standby source's primary: the watermarks are written there
         self.slot = slot
         self.tables = tables
         self.publications = publications
@@ -116,7 +118,7 @@ class IncrementalSnapshots:
         self._recent: dict[int, set[tuple[int, bytes]]] = {}  # xid -> (table, key) it changed
         self._closing: list[tuple[str, dict | None]] = []  # records of the open transaction
         self._unconfirmed: deque[tuple[int, str, dict | None]] = deque()  # (lsn, key, state)
-        self._conn: psycopg.Connection | None = None
+        self._conns: dict[str, psycopg.Connection] = {}  # by DSN: the source's, the primary's
         self._paused_until = 0.0  # a chunk met columns the stream has not described yet
 
     # -- requests ---------------------------------------------------------------------------
@@ -144,8 +146,8 @@ class IncrementalSnapshots:
     def request(self, oids: list[int], why: str, restart: bool = False) -> None:
         """Snapshot these tables (recorded before returning: a crash cannot lose a request).
         ``restart``: one already under way starts over (the rows it published are stale)."""
-        with session_connect(self.dsn) as conn:
-            found = describe_oids(conn, oids, self.generated)
+        with session_connect(self.primary or self.dsn) as conn:  # a standby may lag: the
+            found = describe_oids(conn, oids, self.generated)  # primary knows a new table
         for table in found:
             running = next((r for r in self.queue if r.oid == table.oid), None)
             if running is not None and restart:
@@ -206,7 +208,9 @@ class IncrementalSnapshots:
         request = self.queue[0]
         conn = self._connect()
         window_id = uuid.uuid4().hex
-        self._emit(conn, window_id, "low")
+        low = self._emit(window_id, "low")
+        if self.primary:  # the chunk's snapshot must come after the low watermark, as on a primary
+            standby.wait_replayed(conn, low, "the incremental snapshot's low watermark")
         conn.execute("begin isolation level repeatable read read only")
         try:
             snapshot = conn.execute("select pg_current_snapshot()::text").fetchone()[0]
@@ -230,7 +234,7 @@ class IncrementalSnapshots:
             log.warning("the incremental snapshot of %s ends: %s", request.table, gone)
             self._finish(request, durable=True)
             return
-        self._emit(conn, window_id, "high")
+        self._emit(window_id, "high")
         # Transactions streamed before this read that its snapshot did not see (see above).
         for xid, keys in self._recent.items():
             if not window.visible(xid):
@@ -308,9 +312,9 @@ class IncrementalSnapshots:
     def close(self) -> None:
         if self.progress is not None:
             self.progress.flush()
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
 
     # -- inside ---------------------------------------------------------------------------------
     def _read(self, conn, request: Request, table: SourceTable, window_id: str,
@@ -387,14 +391,20 @@ class IncrementalSnapshots:
         chunk = Chunk(table.qualified, table.qualified, spec, first, first + size)
         return chunk.query(), first + size, first + size >= pages
 
-    def _emit(self, conn, window_id: str, mark: str) -> None:
+    def _emit(self, window_id: str, mark: str) -> str:
+        """Write a watermark (on the primary, a standby being read-only); return the WAL
+        position after its commit."""
+        conn = self._connect(self.primary)
         conn.execute("select pg_logical_emit_message(true, %s, %s)",
                      (WATERMARK_PREFIX, json.dumps({"id": window_id, "mark": mark})))
+        return standby.written(conn) if self.primary else ""
 
-    def _connect(self) -> psycopg.Connection:
-        if self._conn is None or self._conn.closed:
-            self._conn = session_connect(self.dsn, autocommit=True)
-        return self._conn
+    def _connect(self, dsn: str | None = None) -> psycopg.Connection:
+        """The kept connection to ``dsn`` (the source's by default)."""
+        conn = self._conns.get(dsn := dsn or self.dsn)
+        if conn is None or conn.closed:
+            conn = self._conns[dsn] = session_connect(dsn, autocommit=True)
+        return conn
 
     def _finish(self, request: Request, durable: bool = False) -> None:
         self.queue.remove(request)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from common.errors import BottlerError
 
-__all__ = ["OLDEST_SUPPORTED", "check_supported", "publishes_generated", "unsupported"]
+__all__ = ["OLDEST_SUPPORTED", "check_supported", "check_standby_decoding", "publishes_generated",
+           "unsupported"]
 
 OLDEST_SUPPORTED = 150000  # PostgreSQL 15
 GENERATED_COLUMNS = 180000  # publish_generated_columns = stored
+STANDBY_DECODING = 160000  # logical decoding on a hot standby
 
 
 def unsupported(version: int) -> BottlerError | None:
@@ -39,3 +41,14 @@ def publishes_generated(asked: str, version: int) -> bool:
             "generated columns, which a replica can re-create as generated",
         )
     return asked == "on" or (asked == "auto" and version >= GENERATED_COLUMNS)
+
+
+def check_standby_decoding(version: int) -> None:
+    """A standby source decodes only from PostgreSQL 16 on."""
+    if version < STANDBY_DECODING:
+        raise BottlerError(
+            f"the source is a standby of PostgreSQL {version // 10000}; logical decoding on a "
+            f"standby needs PostgreSQL {STANDBY_DECODING // 10000} or later",
+            "point --postgres at the primary (and drop --primary), or upgrade to PostgreSQL 16 "
+            "or later (docs/operations.md, capture from a standby)",
+        )

@@ -13,17 +13,18 @@ import psycopg
 from capture.stream.schema_changes import shape_of
 from capture.stream.tables import Tables
 from common.lsn import Lsn
+from common.pg import WAL_INSERT_POSITION
 
 __all__ = ["Drift"]
 
 # The published tables' live columns as pgoutput sends them (generated ones only when the
 # publications publish them, PostgreSQL 18's publish_generated_columns), and
-# where the WAL is now: every DDL this sees committed before that position.
-SHAPES = """
+# where the WAL is now (on a standby: replayed): every DDL this sees committed before it.
+SHAPES = f"""
 select c.oid, n.nspname::text, c.relname::text,
        array_agg(a.attname::text order by a.attnum),
        array_agg(format_type(a.atttypid, a.atttypmod) order by a.attnum),
-       pg_current_wal_insert_lsn()::text
+       {WAL_INSERT_POSITION}::text
 from pg_publication_tables p
 join pg_namespace n on n.nspname = p.schemaname
 join pg_class c on c.relnamespace = n.oid and c.relname = p.tablename

@@ -36,6 +36,7 @@ class StreamOptions:
     # commit.
     spool_dir: Callable[[str], Path] | None = None
     generated: bool = False  # the publications publish stored generated columns (18+)
+    primary: str | None = None  # a standby source's primary, where watermarks are written
 
 
 class Replication:

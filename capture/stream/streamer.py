@@ -55,7 +55,8 @@ class Streamer:
         # Tables re-published in chunks between the stream's transactions (new ones, requests).
         self.incremental = IncrementalSnapshots(
             options.dsn, options.slot, tables, options.publications, progress,
-            options.chunk_rows, publisher.data_error, publisher.at_risk, options.generated)
+            options.chunk_rows, publisher.data_error, publisher.at_risk, options.generated,
+            options.primary)
         self.changes = Changes(tables, publisher, self.incremental, control, admin,
                                self.positions)
         self.watch = TableWatch(tables, watcher, Drift(tables.catalog, options.publications,

@@ -1,0 +1,51 @@
+"""A primary and its physical standby (pg_basebackup from a physical slot), servers of a test's
+own, for the capture from a standby (tests/test_capture_standby.py, tests/bench/standby_cpu.py)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+
+from compose.postgres import PostgresCluster
+from compose.procs import free_port
+from compose.stack import new_stack_dir
+
+DB = "shop"
+
+
+@contextmanager
+def primary_and_standby(password: str, version: str = "18", feedback: bool = True,
+                        primary_wal_level: str = "logical"
+                        ) -> Iterator[tuple[PostgresCluster, PostgresCluster]]:
+    """Both running (database ``DB``), stopped and removed at the end. The standby decodes with
+    wal_level = logical of its own, whatever ``primary_wal_level``; ``feedback``: its
+    hot_standby_feedback."""
+    root = new_stack_dir()
+    primary = PostgresCluster(root / "primary", free_port(), password, version)
+    standby = PostgresCluster(root / "standby", free_port(), password, version)
+    try:
+        primary.init()
+        with open(primary.data / "postgresql.conf", "a") as conf:
+            conf.write(f"wal_level = {primary_wal_level}\n")
+        primary.start(databases=(DB,))
+        standby.init_standby(primary, "standby1", DB)
+        with open(standby.data / "postgresql.conf", "a") as conf:
+            conf.write("wal_level = logical\n"
+                       f"hot_standby_feedback = {'on' if feedback else 'off'}\n")
+        standby.start()
+        yield primary, standby
+    finally:
+        for cluster in (standby, primary):
+            if cluster.running_pid():
+                cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def replayed(primary: PostgresCluster, standby: PostgresCluster) -> bool:
+    """Whether the standby has replayed everything the primary wrote so far."""
+    with psycopg.connect(primary.dsn(DB)) as p, psycopg.connect(standby.dsn(DB)) as s:
+        lsn = p.execute("select pg_current_wal_lsn()::text").fetchone()[0]
+        return s.execute("select pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)).fetchone()[0]

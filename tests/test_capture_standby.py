@@ -1,0 +1,158 @@
+"""Capture from a hot standby (PostgreSQL 16+, here 18): the slot, its exported snapshot and the
+stream are the standby's, what the capture writes goes to the primary (--primary), and the topic
+holds every row written on the primary before and while the capture started, each once
+(docs/operations.md, capture from a standby). Each bad setup is refused in one line, leaving
+nothing on either server nor in Kafka."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import psycopg
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from capture.run import run_capture
+from capture.settings import load_settings
+from common.errors import BottlerError
+from schemas.topics import HEARTBEAT, with_prefix
+from tests.support.capture import CaptureThread
+from tests.support.standby import DB, primary_and_standby, replayed
+from tests.support.topics import Decoder, read_topic
+from tests.support.waiting import wait_for, wait_streaming
+
+pytestmark = pytest.mark.pg18  # servers of its own: PostgreSQL 18 (and 15 for its refusal)
+
+
+@pytest.fixture(scope="module")
+def servers(stack):
+    with primary_and_standby(stack.stack.password) as pair:
+        yield pair
+
+
+def settings(stack, prefix: str, standby, primary=None) -> dict:
+    return dict(postgres=standby.dsn(DB), primary=primary and primary.dsn(DB),
+                broker=stack.kafka, schema_registry=stack.registry_url, slot=prefix,
+                topic_prefix=prefix, heartbeat_interval=1.0, snapshot_workers=1)
+
+
+def write(dsn: str, table: str, stop: threading.Event, updated: set[int]) -> None:
+    """New rows, and updates of the first 2000, one small transaction at a time."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        n = 2000
+        while not stop.wait(0.005):
+            n += 1
+            conn.execute(f"insert into {table} values (%s, 0)", (n,))
+            old = random.randint(1, 2000)
+            conn.execute(f"update {table} set n = n + 1 where id = %s", (old,))
+            updated.add(old)
+
+
+def test_the_capture_decodes_on_the_standby(stack, servers, prefix):
+    primary, standby = servers
+    table, later = f"items_{prefix}", f"later_{prefix}"
+    with psycopg.connect(primary.dsn(DB), autocommit=True) as conn:
+        conn.execute(f"create table {table} (id int primary key, n int)")
+        conn.execute(f"insert into {table} select g, 0 from generate_series(1, 2000) g")
+    stop, updated = threading.Event(), set()
+    writer = threading.Thread(target=write, args=(primary.dsn(DB), table, stop, updated))
+    writer.start()  # before the capture: rows land before, during and after its slot's snapshot
+    capture = CaptureThread(**settings(stack, prefix, standby, primary)).start()
+    try:
+        wait_streaming(standby.dsn(DB), prefix, 120)
+        with psycopg.connect(primary.dsn(DB), autocommit=True) as conn:  # joins while streaming
+            conn.execute(f"create table {later} (id int primary key)")
+            conn.execute(f"insert into {later} select generate_series(1, 500)")
+        wait_for(lambda: len(updated) > 100, 60, "updates while the capture streams")
+    finally:
+        stop.set()
+        writer.join(30)
+    try:
+        decoder = Decoder(stack.registry_url)
+        wait_for(lambda: replayed(primary, standby), 60, "the standby to replay every write")
+        with psycopg.connect(standby.dsn(DB)) as conn:
+            rows = dict(conn.execute(f"select id, n from {table}").fetchall())
+            slots = {r[0] for r in conn.execute("select slot_name from pg_replication_slots")}
+        with psycopg.connect(primary.dsn(DB)) as conn:
+            assert not conn.execute("select 1 from pg_replication_slots where slot_name = %s",
+                                    (prefix,)).fetchall()  # decoded on the standby only
+            assert conn.execute("select 1 from pg_publication where pubname = %s",
+                                (prefix,)).fetchall()  # created on the primary
+        assert prefix in slots
+
+        def topic(name: str) -> list:
+            try:
+                return read_topic(stack.kafka, f"{prefix}.{name}")
+            except KeyError:
+                return []
+
+        def state(messages) -> dict[int, int]:
+            return {k[0][1]: v["n"] for k, v in decoder.table_state(messages).items()}
+
+        wait_for(lambda: state(topic(table)) == rows, 120, "every row of the primary")
+        wait_for(lambda: {decoder.key(m)["id"] for m in topic(later)} == set(range(1, 501)),
+                 120, "the table that joined, copied")
+        counts: dict[int, int] = {}
+        for m in topic(table):
+            counts[decoder.key(m)["id"]] = counts.get(decoder.key(m)["id"], 0) + 1
+        doubled = {i: c for i, c in counts.items() if c > 1 and i not in updated}
+        assert not doubled  # snapshot and stream meet at the slot's consistent point: each once
+        assert read_topic(stack.kafka, with_prefix(prefix, HEARTBEAT))  # written on the primary
+    finally:
+        capture.stop()
+
+
+def refused(stack, prefix: str, standby, primary=None) -> BottlerError:
+    """The capture's start fails in one line and leaves nothing behind."""
+    with pytest.raises(BottlerError) as failed:
+        run_capture(load_settings(**settings(stack, prefix, standby, primary)))
+    assert "\n" not in failed.value.message
+    with psycopg.connect(standby.dsn(DB)) as conn:
+        assert not conn.execute("select 1 from pg_replication_slots where slot_name = %s",
+                                (prefix,)).fetchall()
+    with psycopg.connect((primary or standby).dsn(DB)) as conn:
+        assert not conn.execute("select 1 from pg_publication where pubname = %s",
+                                (prefix,)).fetchall()
+    topics = AdminClient({"bootstrap.servers": stack.kafka}).list_topics(timeout=10).topics
+    assert not [t for t in topics if t.startswith(prefix)]
+    return failed.value
+
+
+def test_a_standby_source_needs_its_primary(stack, servers, prefix):
+    primary, standby = servers
+    assert "pass --primary" in refused(stack, prefix, standby).hint
+    assert "is a standby too" in refused(stack, prefix, standby, standby).message
+
+
+def test_a_standby_without_feedback_is_refused(stack, servers, prefix):
+    primary, standby = servers
+
+    def feedback(value: str) -> None:
+        with psycopg.connect(standby.dsn(DB), autocommit=True) as conn:
+            conn.execute("alter system reset hot_standby_feedback" if value == "on"
+                         else "alter system set hot_standby_feedback = off")
+            conn.execute("select pg_reload_conf()")
+
+        def applied():
+            with psycopg.connect(standby.dsn(DB)) as conn:
+                return conn.execute("show hot_standby_feedback").fetchone()[0] == value
+        wait_for(applied, 30, f"hot_standby_feedback {value}")
+
+    feedback("off")
+    try:
+        assert "hot_standby_feedback" in refused(stack, prefix, standby, primary).message
+    finally:
+        feedback("on")
+
+
+def test_a_primary_without_logical_wal_is_refused(stack, prefix):
+    with primary_and_standby(stack.stack.password, primary_wal_level="replica") as (p, s):
+        error = refused(stack, prefix, s, p)
+    assert "the primary has wal_level = replica" in error.message
+
+
+def test_a_standby_of_postgresql_15_is_refused(stack, prefix):
+    with primary_and_standby(stack.stack.password, version="15") as (p, s):
+        error = refused(stack, prefix, s, p)
+    assert "needs PostgreSQL 16" in error.message
