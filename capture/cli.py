@@ -43,12 +43,16 @@ def snapshot_cmd(
     postgres: str | None = DsnOption,
     slot: str = typer.Option(SLOT, "--slot", "-s", envvar="BOTTLER_SLOT",
                              help="The capture's replication slot."),
+    primary: str | None = typer.Option(
+        None, "--primary", envvar="BOTTLER_PRIMARY", show_default=False,
+        help="The primary's DSN, when --postgres is the standby the capture decodes on: the "
+        "request is written there"),
 ) -> None:
     """Ask the capture of SLOT to re-publish tables, in chunks, while it streams."""
     from capture.snapshot.request import request_snapshot
 
     for table in tables:
-        lsn, qualified = request_snapshot(_dsn(postgres), slot, table)
+        lsn, qualified = request_snapshot(_dsn(postgres), slot, table, primary)
         out.print(f"requested an incremental snapshot of {qualified} from the capture of slot "
                   f"{slot} (at WAL position {lsn}); it starts as soon as the capture streams "
                   "past that position (its log says when it completes)")

@@ -10,14 +10,17 @@ import json
 import psycopg
 
 from capture.snapshot.incremental import SIGNAL_PREFIX
+from capture.source import standby
 from capture.source.database import session_connect
 from common.errors import BottlerError
 from common.pg import emit_message_function
 
 
-def request_snapshot(dsn: str, slot: str, table: str) -> tuple[str, str]:
+def request_snapshot(dsn: str, slot: str, table: str,
+                     primary: str | None = None) -> tuple[str, str]:
     """Ask the capture of ``slot`` to re-publish ``table``; return the request's WAL position
-    and the table's qualified name."""
+    and the table's qualified name. ``dsn`` a standby (the capture decodes there): the request
+    is written on its ``primary``."""
     name = table if "." in table else f"public.{table}"
     with session_connect(dsn, autocommit=True) as conn:
         if conn.execute("select 1 from pg_replication_slots where slot_name = %s "
@@ -41,16 +44,24 @@ def request_snapshot(dsn: str, slot: str, table: str) -> tuple[str, str]:
                                "a table joins the capture's publication by itself once it can "
                                "be captured (see docs/capture.md, Publications)")
         request = json.dumps({"type": "snapshot", "slot": slot, "table": _quoted(qualified)})
+        writer = standby.primary_of(conn, primary)  # None: this server takes writes
         try:
-            lsn = conn.execute("select pg_logical_emit_message(true, %s, %s)::text",
-                               (SIGNAL_PREFIX, request)).fetchone()[0]
-        except psycopg.errors.InsufficientPrivilege:
-            raise BottlerError(
-                "this role may not call pg_logical_emit_message",
-                "connect as the capture's role (it has REPLICATION), or have a superuser "
-                f"GRANT EXECUTE ON FUNCTION {emit_message_function(conn)} to this role",
-            ) from None
-    return lsn, qualified
+            return _emit(writer or conn, request), qualified
+        finally:
+            if writer is not None:
+                writer.close()
+
+
+def _emit(conn: psycopg.Connection, request: str) -> str:
+    try:
+        return conn.execute("select pg_logical_emit_message(true, %s, %s)::text",
+                            (SIGNAL_PREFIX, request)).fetchone()[0]
+    except psycopg.errors.InsufficientPrivilege:
+        raise BottlerError(
+            "this role may not call pg_logical_emit_message",
+            "connect as the capture's role (it has REPLICATION), or have a superuser "
+            f"GRANT EXECUTE ON FUNCTION {emit_message_function(conn)} to this role",
+        ) from None
 
 
 def _quoted(name: str) -> str:
