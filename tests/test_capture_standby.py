@@ -15,6 +15,8 @@ from confluent_kafka.admin import AdminClient
 
 from capture.run import run_capture
 from capture.settings import load_settings
+from capture.snapshot.request import request_snapshot
+from capture.source import standby as standby_source
 from common.errors import BottlerError
 from schemas.topics import HEARTBEAT, with_prefix
 from tests.support.capture import CaptureThread
@@ -99,6 +101,9 @@ def test_the_capture_decodes_on_the_standby(stack, servers, prefix):
         doubled = {i: c for i, c in counts.items() if c > 1 and i not in updated}
         assert not doubled  # snapshot and stream meet at the slot's consistent point: each once
         assert read_topic(stack.kafka, with_prefix(prefix, HEARTBEAT))  # written on the primary
+        # asked on the standby (its slot), written on the primary (read-only standby)
+        request_snapshot(standby.dsn(DB), prefix, later, primary.dsn(DB))
+        wait_for(lambda: len(topic(later)) >= 1000, 120, "the table re-published")
     finally:
         capture.stop()
 
@@ -144,6 +149,21 @@ def test_a_standby_without_feedback_is_refused(stack, servers, prefix):
         assert "hot_standby_feedback" in refused(stack, prefix, standby, primary).message
     finally:
         feedback("on")
+
+
+def test_a_start_that_fails_removes_what_it_made_on_the_primary(stack, servers, prefix,
+                                                                monkeypatch):
+    """The standby does not replay the capture's new publication in time: the start fails,
+    the publication is dropped on the primary, the topics go."""
+    primary, standby = servers
+    monkeypatch.setattr(standby_source, "REPLAY_TIMEOUT", 2.0)
+    with psycopg.connect(standby.dsn(DB), autocommit=True) as conn:
+        conn.execute("select pg_wal_replay_pause()")
+        try:
+            error = refused(stack, prefix, standby, primary)
+        finally:
+            conn.execute("select pg_wal_replay_resume()")
+    assert "the standby has not replayed the capture's publications" in error.message
 
 
 def test_a_primary_without_logical_wal_is_refused(stack, prefix):

@@ -1,11 +1,12 @@
 """What the capture asks of each PostgreSQL version (capture/source/versions.py), from the
-server's version number alone: the oldest supported, and generated columns (18 on)."""
+server's version number alone: the oldest supported, generated columns (18 on), decoding on a
+standby (16 on)."""
 
 from __future__ import annotations
 
 import pytest
 
-from capture.source.versions import publishes_generated, unsupported
+from capture.source.versions import check_standby_decoding, publishes_generated, unsupported
 from common.errors import BottlerError
 
 
@@ -33,3 +34,10 @@ def test_a_server_older_than_15_is_refused_naming_the_oldest_supported(version):
 @pytest.mark.parametrize("version", [150000, 160004, 180006])
 def test_15_and_later_are_supported(version):
     assert unsupported(version) is None
+
+
+def test_decoding_on_a_standby_needs_16():
+    with pytest.raises(BottlerError, match="standby of PostgreSQL 15; logical decoding on a "
+                       "standby needs PostgreSQL 16 or later"):
+        check_standby_decoding(150013)
+    check_standby_decoding(160000)

@@ -87,9 +87,9 @@ def written(primary: psycopg.Connection) -> str:
     return primary.execute("select pg_current_wal_lsn()::text").fetchone()[0]
 
 
-def wait_replayed(standby: psycopg.Connection, lsn: str, what: str,
-                  timeout: float = REPLAY_TIMEOUT) -> None:
+def wait_replayed(standby: psycopg.Connection, lsn: str, what: str) -> None:
     """Wait until the standby has replayed the WAL up to ``lsn`` (``what``: for the error)."""
+    timeout = REPLAY_TIMEOUT
     deadline = time.monotonic() + timeout
     ask = "select coalesce(pg_last_wal_replay_lsn() >= %s::pg_lsn, false)"
     while not standby.execute(ask, (lsn,)).fetchone()[0]:
