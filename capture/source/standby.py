@@ -54,6 +54,8 @@ def primary_of(catalog: psycopg.Connection, primary: str | None) -> psycopg.Conn
     except BaseException:
         conn.close()
         raise
+    log.info("the source is a standby: the slot, its snapshot and the stream are its own; the "
+             "capture writes on the primary %s", redact(primary))
     return conn
 
 
