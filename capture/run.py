@@ -55,11 +55,12 @@ def run_capture(settings: CaptureSettings, stop: threading.Event | None = None) 
 
 def _run(s: CaptureSettings, catalog, stop: threading.Event) -> None:
     # Every check runs before anything is created: the database, Kafka, the registry, the tables.
-    database.preflight(catalog, s.slot)
-    # A standby source: writes go to its primary (None: the source is the primary)
+    # A standby source first (its primary's settings come before its own): writes go to its
+    # primary (None: the source is the primary).
     primary = standby.primary_of(catalog, s.primary)
     s = s.model_copy(update={"primary": s.primary if primary else None})
     try:
+        database.preflight(catalog, s.slot)
         _checked(s, catalog, primary or catalog, stop)
     finally:
         if primary is not None:

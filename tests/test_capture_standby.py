@@ -104,6 +104,12 @@ def test_the_capture_decodes_on_the_standby(stack, servers, prefix):
         # asked on the standby (its slot), written on the primary (read-only standby)
         request_snapshot(standby.dsn(DB), prefix, later, primary.dsn(DB))
         wait_for(lambda: len(topic(later)) >= 1000, 120, "the table re-published")
+        capture.stop()
+        with psycopg.connect(primary.dsn(DB), autocommit=True) as conn:  # while it is stopped
+            conn.execute(f"update {table} set n = -1 where id <= 100")
+        capture = CaptureThread(**settings(stack, prefix, standby, primary)).start()
+        wait_for(lambda: sum(v == -1 for v in state(topic(table)).values()) == 100, 120,
+                 "the changes made while it was stopped, from the standby's slot")
     finally:
         capture.stop()
 
@@ -167,7 +173,8 @@ def test_a_start_that_fails_removes_what_it_made_on_the_primary(stack, servers, 
 
 
 def test_a_primary_without_logical_wal_is_refused(stack, prefix):
-    with primary_and_standby(stack.stack.password, primary_wal_level="replica") as (p, s):
+    """The standby's configuration is a copy of the primary's: the primary's is named first."""
+    with primary_and_standby(stack.stack.password, wal_level="replica") as (p, s):
         error = refused(stack, prefix, s, p)
     assert "the primary has wal_level = replica" in error.message
 

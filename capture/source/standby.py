@@ -82,6 +82,12 @@ def _check_primary(standby: psycopg.Connection, conn: psycopg.Connection, dsn: s
             "wal_level = logical on the primary",
             "on the primary run ALTER SYSTEM SET wal_level = logical; then restart it (a reload "
             f"is not enough), and the standby after it (see {DOC})")
+    if (own := standby.execute("select current_setting('wal_level')").fetchone()[0]) != "logical":
+        raise BottlerError(
+            f"the standby has wal_level = {own}; decoding on a standby needs wal_level = "
+            "logical on the standby too",
+            "on the standby run ALTER SYSTEM SET wal_level = logical; then restart it (a reload "
+            f"is not enough; see {DOC})")
 
 
 def written(primary: psycopg.Connection) -> str:

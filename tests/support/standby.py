@@ -18,10 +18,10 @@ DB = "shop"
 
 @contextmanager
 def primary_and_standby(password: str, version: str = "18", feedback: bool = True,
-                        primary_wal_level: str = "logical"
+                        wal_level: str = "logical"
                         ) -> Iterator[tuple[PostgresCluster, PostgresCluster]]:
-    """Both running (database ``DB``), stopped and removed at the end. The standby decodes with
-    wal_level = logical of its own, whatever ``primary_wal_level``; ``feedback``: its
+    """Both running (database ``DB``), stopped and removed at the end. ``wal_level``: both
+    servers' (the standby's configuration is the primary's copy); ``feedback``: the standby's
     hot_standby_feedback."""
     root = new_stack_dir()
     primary = PostgresCluster(root / "primary", free_port(), password, version)
@@ -29,12 +29,11 @@ def primary_and_standby(password: str, version: str = "18", feedback: bool = Tru
     try:
         primary.init()
         with open(primary.data / "postgresql.conf", "a") as conf:
-            conf.write(f"wal_level = {primary_wal_level}\n")
+            conf.write(f"wal_level = {wal_level}\n")
         primary.start(databases=(DB,))
         standby.init_standby(primary, "standby1", DB)
         with open(standby.data / "postgresql.conf", "a") as conf:
-            conf.write("wal_level = logical\n"
-                       f"hot_standby_feedback = {'on' if feedback else 'off'}\n")
+            conf.write(f"hot_standby_feedback = {'on' if feedback else 'off'}\n")
         standby.start()
         yield primary, standby
     finally:
