@@ -104,6 +104,15 @@ def test_the_capture_decodes_on_the_standby(stack, servers, prefix):
         # asked on the standby (its slot), written on the primary (read-only standby)
         request_snapshot(standby.dsn(DB), prefix, later, primary.dsn(DB))
         wait_for(lambda: len(topic(later)) >= 1000, 120, "the table re-published")
+        with psycopg.connect(primary.dsn(DB)) as conn:  # no more writes: heartbeats only
+            now = conn.execute("select pg_current_wal_lsn()::text").fetchone()[0]
+
+        def moved() -> bool:  # the quiet slot moves on the heartbeats written on the primary
+            with psycopg.connect(standby.dsn(DB)) as conn:
+                return conn.execute("select confirmed_flush_lsn >= %s::pg_lsn from "
+                                    "pg_replication_slots where slot_name = %s",
+                                    (now, prefix)).fetchone()[0]
+        wait_for(moved, 60, "the standby's slot confirmed past the last write")
         capture.stop()
         with psycopg.connect(primary.dsn(DB), autocommit=True) as conn:  # while it is stopped
             conn.execute(f"update {table} set n = -1 where id <= 100")
