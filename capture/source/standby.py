@@ -45,8 +45,8 @@ def primary_of(catalog: psycopg.Connection, primary: str | None) -> psycopg.Conn
             f"pg_reload_conf(); (see {DOC})")
     if not primary:
         raise BottlerError(
-            "the source is a standby, which is read-only: the capture writes its publications "
-            "and heartbeats on the primary",
+            "the source is a standby, which is read-only: what the capture writes (its "
+            "publications, heartbeats, snapshot requests) goes to the primary",
             f"pass --primary with the primary's DSN, naming the same database (see {DOC})")
     conn = session_connect(primary, autocommit=True)
     try:
