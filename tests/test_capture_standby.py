@@ -1,6 +1,7 @@
 """Capture from a hot standby (PostgreSQL 16+, here 18): the slot, its exported snapshot and the
 stream are the standby's, what the capture writes goes to the primary (--primary), and the topic
-holds every row written on the primary before and while the capture started, each once
+holds every row written on the primary before and while the capture started (a transaction
+larger than logical_decoding_work_mem streamed while it ran, as on a primary), each once
 (docs/operations.md, capture from a standby). Each bad setup is refused in one line, leaving
 nothing on either server nor in Kafka."""
 
@@ -29,14 +30,18 @@ pytestmark = pytest.mark.pg18  # servers of its own: PostgreSQL 18 (and 15 for i
 
 @pytest.fixture(scope="module")
 def servers(stack):
-    with primary_and_standby(stack.stack.password) as pair:
-        yield pair
+    with primary_and_standby(stack.stack.password) as (primary, standby):
+        with psycopg.connect(standby.dsn(DB), autocommit=True) as conn:  # the least there is:
+            conn.execute("alter system set logical_decoding_work_mem = '64kB'")  # streamed
+            conn.execute("select pg_reload_conf()")
+        yield primary, standby
 
 
 def settings(stack, prefix: str, standby, primary=None) -> dict:
     return dict(postgres=standby.dsn(DB), primary=primary and primary.dsn(DB),
                 broker=stack.kafka, schema_registry=stack.registry_url, slot=prefix,
-                topic_prefix=prefix, heartbeat_interval=1.0, snapshot_workers=1)
+                topic_prefix=prefix, heartbeat_interval=1.0, snapshot_workers=1,
+                stream_large_transactions=True)
 
 
 def write(dsn: str, table: str, stop: threading.Event, updated: set[int]) -> None:
@@ -66,6 +71,7 @@ def test_the_capture_decodes_on_the_standby(stack, servers, prefix):
         with psycopg.connect(primary.dsn(DB), autocommit=True) as conn:  # joins while streaming
             conn.execute(f"create table {later} (id int primary key)")
             conn.execute(f"insert into {later} select generate_series(1, 500)")
+            conn.execute(f"insert into {table} select g, 7 from generate_series(-5000, -1) g")
         wait_for(lambda: len(updated) > 100, 60, "updates while the capture streams")
     finally:
         stop.set()
@@ -82,6 +88,9 @@ def test_the_capture_decodes_on_the_standby(stack, servers, prefix):
             assert conn.execute("select 1 from pg_publication where pubname = %s",
                                 (prefix,)).fetchall()  # created on the primary
         assert prefix in slots
+        with psycopg.connect(standby.dsn(DB)) as conn:  # the large one streamed (protocol 4)
+            assert conn.execute("select stream_bytes > 0 from pg_stat_replication_slots "
+                                "where slot_name = %s", (prefix,)).fetchone() == (True,)
 
         def topic(name: str) -> list:
             try:
@@ -115,7 +124,7 @@ def test_the_capture_decodes_on_the_standby(stack, servers, prefix):
         wait_for(moved, 60, "the standby's slot confirmed past the last write")
         capture.stop()
         with psycopg.connect(primary.dsn(DB), autocommit=True) as conn:  # while it is stopped
-            conn.execute(f"update {table} set n = -1 where id <= 100")
+            conn.execute(f"update {table} set n = -1 where id between 1 and 100")
         capture = CaptureThread(**settings(stack, prefix, standby, primary)).start()
         wait_for(lambda: sum(v == -1 for v in state(topic(table)).values()) == 100, 120,
                  "the changes made while it was stopped, from the standby's slot")
