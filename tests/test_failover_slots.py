@@ -21,6 +21,7 @@ from compose.postgres import PostgresCluster
 from compose.procs import free_port
 from compose.stack import new_stack_dir
 from tests.support.capture import capture_process
+from tests.support.cli import bottler
 from tests.support.topics import Decoder, read_topic
 from tests.support.waiting import wait_for, wait_streaming
 
@@ -143,3 +144,67 @@ def test_the_capture_resumes_on_the_promoted_standby_from_the_synchronized_slot(
 
     wait_for(lambda: published() >= in_database, 120, "every row of the new primary")
     assert published() == in_database  # none the new primary lacks (synchronized_standby_slots)
+
+
+def test_status_names_each_setting_a_failover_would_miss(primary_and_standby):
+    """`bottler status` given the primary and the standby: nothing to say once the failover
+    slot has its synchronized copy; then, the standby left out of synchronized_standby_slots,
+    its feedback and slot sync off, one line for each, saying what to set."""
+    primary, standby = primary_and_standby
+    args = ("status", "--once", "-d", primary.dsn(DB), "--standby", standby.dsn(DB))
+    with psycopg.connect(primary.dsn(DB), autocommit=True) as conn:
+        conn.execute("select pg_create_logical_replication_slot('kept', 'pgoutput', false, "
+                     "false, true)")  # a failover slot, as the capture makes it
+
+    def failover_lines() -> list[str]:
+        """The problems shown, each one line (joined again where the console wrapped it)."""
+        shown = bottler(*args)
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        lines: list[str] = []
+        for line in shown.stdout.split("\nProcesses")[0].splitlines():
+            if line.startswith("failover: "):
+                lines.append(line)
+            elif lines:
+                lines[-1] = f"{lines[-1].rstrip()} {line.strip()}"
+        return lines
+
+    wait_for(lambda: failover_lines() == [], 120, "status with nothing a failover would miss")
+    with psycopg.connect(standby.dsn(DB), autocommit=True) as conn:
+        conn.execute("alter system set sync_replication_slots = off")
+        conn.execute("alter system set hot_standby_feedback = off")
+        conn.execute("select pg_reload_conf()")
+        wait_for(lambda: conn.execute("select count(*) from pg_stat_activity where "
+                                      "backend_type = 'slotsync worker'").fetchone() == (0,),
+                 30, "the standby's slot sync worker to stop")
+    with psycopg.connect(primary.dsn(DB), autocommit=True) as conn:
+        conn.execute("select pg_create_physical_replication_slot('gone')")
+        conn.execute("alter system set synchronized_standby_slots = 'gone'")
+        conn.execute("select pg_reload_conf()")
+        conn.execute("select pg_create_logical_replication_slot('late', 'pgoutput', false, "
+                     "false, true)")  # made with slot sync off: never copied
+        conn.execute("select pg_create_logical_replication_slot('plain', 'pgoutput')")
+    at = f"standby 127.0.0.1:{standby.port}"
+    expected = [
+        "slot plain is not a failover slot",
+        "no standby streams from slot gone (in synchronized_standby_slots)",
+        "the standby on physical slot standby1 is not in synchronized_standby_slots",
+        "the standby on physical slot standby1 sends no hot_standby_feedback",
+        f"{at}: sync_replication_slots is off",
+        f"{at}: hot_standby_feedback is off",
+        f"{at} streams from slot standby1, which the primary's synchronized_standby_slots "
+        "does not name; ALTER SYSTEM SET synchronized_standby_slots = 'gone, standby1'",
+        f"{at} has no copy of failover slot late yet",
+    ]
+
+    lines: list[str] = []
+
+    def all_shown() -> bool:
+        lines[:] = failover_lines()
+        return all(any(f"failover: {e}" in line for line in lines) for e in expected)
+
+    try:
+        wait_for(all_shown, 60, "a line for each setting a failover would miss")
+    except AssertionError as exc:
+        raise AssertionError("\n".join([str(exc), "shown:", *lines])) from None
+    assert len(lines) == len(expected), "\n".join(lines)  # one line per problem
+    assert standby.password not in "\n".join(lines)
