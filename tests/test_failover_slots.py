@@ -1,7 +1,8 @@
 """Failover slots (PostgreSQL 17+, here 18): the primary killed under a write load and its
 standby promoted, the capture (restarted as a supervisor would) resumes on the standby from the
 synchronized copy of its slot, and every row of the promoted server is in the table topic, none
-that it lacks (docs/operations.md, high availability)."""
+that it lacks, and in a replica fed from it; `bottler status` names each setting a failover
+would miss (docs/operations.md, high availability)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from compose.procs import free_port
 from compose.stack import new_stack_dir
 from tests.support.capture import capture_process
 from tests.support.cli import bottler
+from tests.support.replica import converge, replica
 from tests.support.topics import Decoder, read_topic
 from tests.support.waiting import wait_for, wait_streaming
 
@@ -80,8 +82,17 @@ class Supervised:
         self.proc.wait(30)
 
 
+# One transaction per row: a new row, the row before it updated, and every third time the row
+# two before it deleted (one statement, so one commit: acknowledged or not as a whole).
+WRITE = """
+with new as (insert into items values (%(n)s, 0)),
+     changed as (update items set v = v + 1 where id = %(n)s - 1)
+delete from items where id = %(n)s - 2 and %(n)s %% 3 = 0
+"""
+
+
 def load(dsn: str, stop: threading.Event, acknowledged: list[int]) -> None:
-    """A row at a time, through whichever server takes writes; a commit that failed may or may
+    """Transactions through whichever server takes writes; one whose commit failed may or may
     not have happened, so only acknowledged ones are counted."""
     n = 0
     while not stop.is_set():
@@ -89,7 +100,7 @@ def load(dsn: str, stop: threading.Event, acknowledged: list[int]) -> None:
             with psycopg.connect(dsn, connect_timeout=2, autocommit=True) as conn:
                 while not stop.is_set():
                     n += 1
-                    conn.execute("insert into items values (%s)", (n,))
+                    conn.execute(WRITE, {"n": n})
                     acknowledged.append(n)
                     time.sleep(0.05)
         except psycopg.Error:
@@ -97,10 +108,13 @@ def load(dsn: str, stop: threading.Event, acknowledged: list[int]) -> None:
 
 
 def test_the_capture_resumes_on_the_promoted_standby_from_the_synchronized_slot(
-        stack, primary_and_standby, prefix, tmp_path):
+        stack, primary_and_standby, target, prefix, tmp_path):
+    """Under a load of inserts, updates and deletes across the kill and the promotion: the
+    table topic ends with exactly the promoted server's rows (duplicates allowed, none
+    missing, none it lacks), and a replica fed from it ends equal to the promoted server."""
     primary, standby = primary_and_standby
     with psycopg.connect(primary.dsn(DB), autocommit=True) as conn:
-        conn.execute("create table items (id int primary key)")
+        conn.execute("create table items (id int primary key, v int not null)")
     password = stack.stack.password
     both = (f"host=127.0.0.1,127.0.0.1 port={primary.port},{standby.port} dbname={DB} "
             f"user=postgres password={password} target_session_attrs=read-write")
@@ -108,42 +122,50 @@ def test_the_capture_resumes_on_the_promoted_standby_from_the_synchronized_slot(
                           "-p", prefix, "--heartbeat-interval", "1"], tmp_path / "capture.log")
     stop, acknowledged = threading.Event(), []
     writer = threading.Thread(target=load, args=(both, stop, acknowledged), daemon=True)
-    try:
-        wait_streaming(primary.dsn(DB), prefix)
-        writer.start()
+    with replica(stack, target, prefix) as (_, _, failure):  # a view fed throughout
+        try:
+            wait_streaming(primary.dsn(DB), prefix)
+            writer.start()
+            wait_for(lambda: synced(standby.dsn(DB), prefix), 120,
+                     "the standby's synchronized copy of the slot")
+            before = len(acknowledged)
+            wait_for(lambda: len(acknowledged) > before + 20, 60, "rows written after the sync")
+            os.kill(primary.running_pid(), signal.SIGKILL)
+            with psycopg.connect(standby.dsn(DB), autocommit=True) as conn:
+                assert conn.execute("select pg_promote()").fetchone() == (True,)
+            wait_streaming(standby.dsn(DB), prefix, 120)
+            after = len(acknowledged)
+            wait_for(lambda: len(acknowledged) > after + 20, 60, "rows written on the new primary")
+        finally:
+            stop.set()
+            writer.join(30)
+            capture.close()
+        log = (tmp_path / "capture.log").read_text()
+        assert capture.exits, "the capture never exited when its primary died:\n" + log[-3000:]
+        promoted = standby.dsn(DB)
+        with psycopg.connect(promoted) as conn:
+            in_database = dict(conn.execute("select id, v from items").fetchall())
+        # synchronous replication: every acknowledged row no later commit deleted is there
+        assert {n for n in acknowledged if (n + 2) % 3} <= in_database.keys()
+        decoder = Decoder(stack.registry_url)
 
-        def synced():  # as `bottler status` shows it, and a persistent copy
-            copy = [s for s in SlotReader(standby.dsn(DB)).read() if s.name == prefix]
-            with psycopg.connect(standby.dsn(DB)) as conn:
-                temporary = conn.execute("select temporary from pg_replication_slots "
-                                         "where slot_name = %s", (prefix,)).fetchone()
-            return copy and copy[0].failover and copy[0].synced and temporary == (False,)
+        def published() -> dict[int, int]:
+            state = decoder.table_state(read_topic(stack.kafka, f"{prefix}.items"))
+            return {dict(key)["id"]: row["v"] for key, row in state.items()}
 
-        wait_for(synced, 120, "the standby's synchronized copy of the slot")
-        before = len(acknowledged)
-        wait_for(lambda: len(acknowledged) > before + 20, 60, "rows written after the sync")
-        os.kill(primary.running_pid(), signal.SIGKILL)
-        with psycopg.connect(standby.dsn(DB), autocommit=True) as conn:
-            assert conn.execute("select pg_promote()").fetchone() == (True,)
-        wait_streaming(standby.dsn(DB), prefix, 120)
-        after = len(acknowledged)
-        wait_for(lambda: len(acknowledged) > after + 20, 60, "rows written on the new primary")
-    finally:
-        stop.set()
-        writer.join(30)
-        capture.close()
-    log = (tmp_path / "capture.log").read_text()
-    assert capture.exits, "the capture never exited when its primary died:\n" + log[-3000:]
-    with psycopg.connect(standby.dsn(DB)) as conn:
-        in_database = {r[0] for r in conn.execute("select id from items")}
-    assert set(acknowledged) <= in_database  # synchronous replication: acknowledged is there
-    decoder = Decoder(stack.registry_url)
+        # none missing, none the new primary lacks (synchronized_standby_slots)
+        wait_for(lambda: published() == in_database, 120, "the promoted server's rows in Kafka")
+        converge(promoted, target, ["select id, v from items order by id"], failure, 120)
 
-    def published() -> set[int]:
-        return {decoder.key(m)["id"] for m in read_topic(stack.kafka, f"{prefix}.items")}
 
-    wait_for(lambda: published() >= in_database, 120, "every row of the new primary")
-    assert published() == in_database  # none the new primary lacks (synchronized_standby_slots)
+def synced(dsn: str, slot: str) -> bool:
+    """The standby's copy of ``slot`` as `bottler status` shows it, and persistent (not a
+    temporary copy, which promotion drops)."""
+    copy = [s for s in SlotReader(dsn).read() if s.name == slot]
+    with psycopg.connect(dsn) as conn:
+        temporary = conn.execute("select temporary from pg_replication_slots "
+                                 "where slot_name = %s", (slot,)).fetchone()
+    return bool(copy and copy[0].failover and copy[0].synced and temporary == (False,))
 
 
 def test_status_names_each_setting_a_failover_would_miss(primary_and_standby):
