@@ -45,6 +45,8 @@ class Primary:
     listed: list[str]  # synchronized_standby_slots
     failover: list[str]  # its failover slots
     plain: list[str]  # its other logical slots
+    unlisted: set[str]  # physical slots with a standby on them that the list lacks (said)
+    no_feedback: dict[str, str]  # physical slot -> the line saying its standby sends none
 
 
 def problems(primary: SlotReader | None, standbys: list[SlotReader]) -> list[str]:
@@ -68,7 +70,7 @@ def _primary(reader: SlotReader, lines: list[str]) -> Primary | None:
     ((standby, setting, failover, plain),) = reader.query(PRIMARY)
     if standby:  # a capture on a standby (its slots cannot be failover slots)
         return None
-    seen = Primary(_names(setting), failover, plain)
+    seen = Primary(_names(setting), failover, plain, set(), {})
     physical = {name: (active, feedback) for name, active, feedback in reader.query(PHYSICAL)}
     if seen.listed:
         lines += [f"slot {name} is not a failover slot: a promotion loses it; with its capture "
@@ -91,15 +93,18 @@ def _primary(reader: SlotReader, lines: list[str]) -> Primary | None:
                          "the capture waits for it; start the standby, or remove it from the "
                          "list while it is gone")
     for name, (active, feedback) in physical.items():
-        if active and name not in seen.listed:
+        if active and seen.listed and name not in seen.listed:  # (an empty list: said above)
+            seen.unlisted.add(name)
             lines.append(
                 f"the standby on physical slot {name} is not in synchronized_standby_slots: a "
                 "promoted standby may lack changes the capture published; add it (ALTER "
                 f"SYSTEM SET synchronized_standby_slots = '{_listed(seen.listed, name)}'; "
                 f"{RELOAD})")
         if active and not feedback:
-            lines.append(f"the standby on physical slot {name} sends no hot_standby_feedback: "
-                         "set hot_standby_feedback = on on it (slot sync needs it)")
+            seen.no_feedback[name] = (f"the standby on physical slot {name} sends no "
+                                      "hot_standby_feedback: set hot_standby_feedback = on on "
+                                      "it (slot sync needs it)")
+            lines.append(seen.no_feedback[name])
     return seen
 
 
@@ -118,6 +123,8 @@ def _standby(reader: SlotReader, primary: Primary | None, lines: list[str]) -> N
         lines.append(f"{at}: sync_replication_slots is off, it keeps no copy of the failover "
                      f"slots; ALTER SYSTEM SET sync_replication_slots = on{set_on}")
     if feedback != "on":
+        if primary is not None and slot in primary.no_feedback:  # the same problem, said here
+            lines.remove(primary.no_feedback[slot])
         lines.append(f"{at}: hot_standby_feedback is off (slot sync needs it); ALTER SYSTEM SET "
                      f"hot_standby_feedback = on{set_on}")
     if wal_level != "logical":
@@ -129,7 +136,9 @@ def _standby(reader: SlotReader, primary: Primary | None, lines: list[str]) -> N
                      "primary's synchronized_standby_slots")
     if primary is None:
         return
-    if slot and primary.failover and slot not in primary.listed:
+    # its slot missing from a list that names others (the primary said it if it streams now)
+    if (slot and primary.failover and primary.listed and slot not in primary.listed
+            and slot not in primary.unlisted):
         lines.append(f"{at} streams from slot {slot}, which the primary's "
                      "synchronized_standby_slots does not name; ALTER SYSTEM SET "
                      f"synchronized_standby_slots = '{_listed(primary.listed, slot)}'; "
