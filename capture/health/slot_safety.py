@@ -45,6 +45,7 @@ CHECK_INTERVAL = 10.0  # seconds between looks at the slot
 WARN_EVERY = 600.0  # seconds between repeated warnings while a threshold stays crossed
 MIB = 1024 * 1024
 DOC = "docs/operations.md#slot-safety"
+GONE_DOC = "docs/operations.md#high-availability"  # a slot missing after a failover
 WAL_STATUSES = ("reserved", "extended", "unreserved", "lost")
 
 QUERY = """
@@ -189,9 +190,6 @@ def gone_slot_error(conn: psycopg.Connection, slot: str) -> BottlerError:
         f"views end equal to the source; else point --postgres at the server with the slot; see "
         f"{GONE_DOC}",
     )
-
-
-GONE_DOC = "docs/operations.md#high-availability"
 
 
 def is_gone(conn: psycopg.Connection, slot: str, progress: CaptureState,
