@@ -223,9 +223,12 @@ def _prefixes(topics) -> list[str]:
 def _new_slot(s: CaptureSettings, progress: state.CaptureState, tables: Tables,
               publications: Publications, undo: Undo) -> SnapshotJob | None:
     if s.skip_snapshot:
-        progress.write(s.slot, **progress_records.skipped())
+        # "skipped" only once the slot exists: a record saying the slot was made, with no slot,
+        # is a slot gone (slot_safety.is_gone), never a first start cut short
+        progress.write(s.slot, **progress_records.started())
         create_slot(s.postgres, s.slot, s.failover == "on").release()
         undo.slot = s.slot
+        progress.write(s.slot, **progress_records.skipped())
         log.info("created slot %s; snapshot skipped (--skip-snapshot)", s.slot)
         return None
     progress.write(s.slot, **progress_records.started())
