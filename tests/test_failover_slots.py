@@ -1,8 +1,9 @@
 """Failover slots (PostgreSQL 17+, here 18): the primary killed under a write load and its
 standby promoted, the capture (restarted as a supervisor would) resumes on the standby from the
 synchronized copy of its slot, and every row of the promoted server is in the table topic, none
-that it lacks, and in a replica fed from it; `bottler status` names each setting a failover
-would miss (docs/operations.md, high availability)."""
+that it lacks, and in a replica fed from it; a promotion whose standby has no copy of the slot
+stops the capture in one line; `bottler status` names each setting a failover would miss
+(docs/operations.md, high availability)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from compose.postgres import PostgresCluster
 from compose.procs import free_port
 from compose.stack import new_stack_dir
 from tests.support.capture import capture_process
-from tests.support.cli import bottler
+from tests.support.cli import assert_clear_error, bottler
 from tests.support.replica import converge, replica
 from tests.support.topics import Decoder, read_topic
 from tests.support.waiting import wait_for, wait_streaming
@@ -234,3 +235,33 @@ def test_status_names_each_setting_a_failover_would_miss(primary_and_standby):
     alone = failover_lines("-d", primary.dsn(DB))
     assert any(line.startswith("failover: the standby on physical slot standby1 sends no "
                                "hot_standby_feedback") for line in alone), "\n".join(alone)
+
+
+def test_a_promotion_without_the_slot_stops_the_capture_in_one_line(
+        stack, primary_and_standby, prefix, tmp_path):
+    """A capture whose slot has no copy on the standby (not a failover slot: --failover off),
+    restarted after the promotion: one line naming the server reached and the recovery, and
+    nothing made on the new primary (no slot), rather than a silent new snapshot."""
+    primary, standby = primary_and_standby
+    with psycopg.connect(primary.dsn(DB), autocommit=True) as conn:
+        conn.execute("create table items (id int primary key)")
+        conn.execute("insert into items values (1)")
+    both = (f"host=127.0.0.1,127.0.0.1 port={primary.port},{standby.port} dbname={DB} "
+            f"user=postgres password={stack.stack.password} target_session_attrs=read-write")
+    args = ["-d", both, "-s", prefix, "-b", stack.kafka, "-r", stack.registry_url, "-p", prefix]
+    capture = capture_process([*args, "--failover", "off"], tmp_path / "capture.log")
+    try:
+        wait_streaming(primary.dsn(DB), prefix)
+    finally:
+        capture.terminate()
+        capture.wait(30)
+    os.kill(primary.running_pid(), signal.SIGKILL)
+    with psycopg.connect(standby.dsn(DB), autocommit=True) as conn:
+        assert conn.execute("select pg_promote()").fetchone() == (True,)
+    refused = bottler("capture", *args)
+    assert_clear_error(refused, f"replication slot {prefix} is missing on the server the "
+                       f"capture reached (127.0.0.1:{standby.port})", "--recover-lost-slot",
+                       secrets=(stack.stack.password,))
+    with psycopg.connect(standby.dsn(DB)) as conn:
+        assert conn.execute("select slot_name from pg_replication_slots "
+                            "where slot_type = 'logical'").fetchall() == []
