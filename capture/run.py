@@ -15,6 +15,7 @@ from capture.publish.dead_letters import ErrorPolicy, OnError
 from capture.publish.producer_config import producer_config
 from capture.publish.publisher import Publisher
 from capture.publish.registrar import Registrar
+from capture.publish.transactional import transactional_id
 from capture.settings import CaptureSettings
 from capture.setup import state, topics
 from capture.setup.undo import Undo
@@ -22,7 +23,7 @@ from capture.snapshot import exported
 from capture.source import database
 from capture.source.publication import Publications, Watcher
 from capture.source.slot import create_slot, drop_slot, failover_wanted
-from capture.stream.replication import StreamOptions
+from capture.stream.replication import StreamOptions, streaming_wanted
 from capture.stream.streamer import Streamer
 from capture.stream.tables import Tables
 from common import gctune
@@ -132,10 +133,11 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, undo: 
         return
     metrics.SNAPSHOT_DONE.set(1)  # copied now, before, or skipped: the stream is what follows
 
+    streamed = streaming_wanted(catalog.info.server_version, s.stream_large_transactions,
+                                publisher, transactional_id(s.topic_prefix, s.slot))
     options = StreamOptions(
         s.postgres, s.slot, publications.existing(), s.heartbeat_interval, s.transaction_topic,
-        s.incremental_chunk_rows, s.spool_dir if s.stream_large_transactions else None,
-        publications.generated)
+        s.incremental_chunk_rows, s.spool_dir if streamed else None, publications.generated)
     streamer = Streamer(options, tables, control, publisher, admin, heartbeats=catalog,
                         watcher=Watcher(publications) if publications.managed else None,
                         progress=progress)
