@@ -66,6 +66,7 @@ ACLS: dict[str, list[tuple]] = {
     ],
     "capture": [
         (TOPIC, f"{PREFIX}.", PREFIXED, [Op.CREATE, Op.READ, Op.WRITE, Op.DELETE]),
+        (TXN, f"{PREFIX}.bottler-capture-", PREFIXED, [Op.WRITE]),  # streamed transactions
         READERS,
     ],
     "replica": [
@@ -222,6 +223,7 @@ def test_every_process_works_through_sasl_ssl_and_acls(estate, source, tmp_path)
     text = log.read_text()
     assert not any(p in text for p in estate.passwords)
     assert "Traceback" not in text, text
+    assert "not streamed" not in text, text  # its Kafka transactions are granted
 
     # retired by its own principal: its topics, subjects, slot and publication go
     shown = ok(run(estate, "retire", "-s", slot, "-p", PREFIX, "--yes",
