@@ -171,11 +171,12 @@ class _Prober:
 
     def _run(self) -> None:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
+            first = conn.execute(f"select coalesce(max(id), 0) + 1 from {PROBES}").fetchone()[0]  # noqa: S608
             due = time.monotonic() + PROBE_EVERY
             while not self._stop.is_set() or len(self.arrivals) < len(self.commits):
                 if not self._stop.is_set() and time.monotonic() >= due:
                     conn.execute(f"insert into {PROBES} values (%s, 'a', 'b', now())",  # noqa: S608
-                                 (len(self.commits) + 1,))
+                                 (first + len(self.commits),))
                     self.commits.append(time.monotonic())
                     due += PROBE_EVERY
                 held = self.end()
