@@ -21,10 +21,11 @@ import threading
 import time
 
 import psycopg
-from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from psycopg.conninfo import conninfo_to_dict
 
+from common.kafka import passing
 from tests.bench import data
 from tests.bench.ceilings import drop_slot
 from tests.bench.kafka import delete_topics, wait_until
@@ -54,7 +55,12 @@ class CommittedEnd:
         tp = TopicPartition(self.topic, 0)
         answer = self.admin.list_offsets({tp: OffsetSpec.latest()},
                                          isolation_level=IsolationLevel.READ_COMMITTED)
-        return answer[tp].result(timeout=10).offset
+        try:
+            return answer[tp].result(timeout=10).offset
+        except KafkaException as exc:
+            if passing(exc.args[0]):  # a topic just made: no leader yet
+                return 0
+            raise
 
 
 def large_transactions(dsn: str, bootstrap: str, env: dict[str, str], rows: int,
