@@ -15,7 +15,7 @@ from capture.publish.dead_letters import ErrorPolicy, OnError
 from capture.publish.producer_config import producer_config
 from capture.publish.publisher import Publisher
 from capture.publish.registrar import Registrar
-from capture.publish.transactional import transactional_id
+from capture.publish.transactional import KafkaTransactions, transactional_id
 from capture.settings import CaptureSettings
 from capture.setup import state, topics
 from capture.setup.undo import Undo
@@ -67,6 +67,13 @@ def _run(s: CaptureSettings, catalog, stop: threading.Event) -> None:
                            "combined with --skip-snapshot", "drop --skip-snapshot")
     # Kafka and the registry are checked before anything is created in the database.
     check_broker(s.kafka)  # a wrong property fails here, in one line
+    kafka_config = producer_config(s.kafka_config, s.topic_config)
+    # Streamed transactions are published in Kafka transactions: registered now (a restart
+    # fences its predecessor's), the broker's grant checked before anything is created
+    transactions = streaming_wanted(
+        catalog.info.server_version, s.stream_large_transactions,
+        lambda: KafkaTransactions(s.broker, kafka_config, transactional_id(s.topic_prefix,
+                                                                            s.slot)))
     admin = AdminClient(client_config(s.kafka, log_level=2))
     registrar = Registrar(s.schema_registry) if s.output_format == "avro" else None
     if registrar:
@@ -83,14 +90,16 @@ def _run(s: CaptureSettings, catalog, stop: threading.Event) -> None:
     if lost:
         slot_safety.recover(s, admin, control, published)
     try:
-        _start_and_stream(s, catalog, stop, undo, registrar, publications, control, progress)
+        _start_and_stream(s, catalog, stop, undo, registrar, publications, control, progress,
+                          transactions)
     finally:
         progress.close()
 
 
 def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, undo: Undo,
                       registrar: Registrar | None, publications: Publications,
-                      control: ControlEvents, progress: state.CaptureState) -> None:
+                      control: ControlEvents, progress: state.CaptureState,
+                      transactions: KafkaTransactions | None) -> None:
     admin = undo.admin
     with undo.on_failure():
         topics.ensure_topics(admin, [progress.topic], config=s.topic_config, created=undo.topics)
@@ -133,11 +142,11 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, undo: 
         return
     metrics.SNAPSHOT_DONE.set(1)  # copied now, before, or skipped: the stream is what follows
 
-    streamed = streaming_wanted(catalog.info.server_version, s.stream_large_transactions,
-                                publisher, transactional_id(s.topic_prefix, s.slot))
+    if transactions is not None:
+        publisher.transactional(transactions)
     options = StreamOptions(
         s.postgres, s.slot, publications.existing(), s.heartbeat_interval, s.transaction_topic,
-        s.incremental_chunk_rows, s.spool_dir if streamed else None, publications.generated)
+        s.incremental_chunk_rows, s.spool_dir if transactions else None, publications.generated)
     streamer = Streamer(options, tables, control, publisher, admin, heartbeats=catalog,
                         watcher=Watcher(publications) if publications.managed else None,
                         progress=progress)

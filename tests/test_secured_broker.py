@@ -332,6 +332,13 @@ def test_a_capture_refused_a_topic_leaves_nothing_behind(estate, source):
     assert topics(estate) == before
     assert rows(source, "select slot_name from pg_replication_slots") == []
     assert rows(source, "select pubname from pg_publication") == []
+    # nor its Kafka transactions: refused before anything is made when they are asked for
+    proc = run(estate, "capture", "-s", "limited", "-p", "limited", "--config", str(config),
+               "--stream-large-transactions", "on")
+    assert_clear_error(proc, "does not allow user limited to WRITE transactional id "
+                       "limited.bottler-capture-limited", secrets=estate.passwords)
+    assert topics(estate) == before
+    assert rows(source, "select slot_name from pg_replication_slots") == []
 
 
 def test_a_view_refused_its_group_says_so(estate, source):

@@ -44,8 +44,8 @@ class Publisher:
             "delivery.report.only.error": True, "on_delivery": self._untracked_failure,
         }
         config = {**BASE_CONFIG, **(extra_config or {})}
-        self._config = client_config(bootstrap, **config, error_cb=self._client_error)
-        self._producer = Producer({**self._config, **untracked})
+        self._producer = Producer(client_config(bootstrap, **config, **untracked,
+                                                error_cb=self._client_error))
         self._transactions: KafkaTransactions | None = None  # see transactional()
         # A message at most this large shares its batch with others, which together stay under
         # the batch size (and so under the topics' limit, see producer_config): only a larger
@@ -88,11 +88,9 @@ class Publisher:
                 self.data_error(_too_large(topic, row, batch, key, value))
                 return
 
-    def transactional(self, transactional_id: str) -> None:
-        """Make ``atomically`` available: the transactional producer, registered now (fencing
-        a predecessor's, whose open Kafka transaction the broker then aborts)."""
-        connection = {**self._config, "bootstrap.servers": self.bootstrap}
-        self._transactions = KafkaTransactions(connection, self._config, transactional_id)
+    def transactional(self, transactions: KafkaTransactions) -> None:
+        """Make ``atomically`` available, through ``transactions``' producer."""
+        self._transactions = transactions
 
     @contextmanager
     def atomically(self) -> Iterator[None]:

@@ -13,8 +13,9 @@ import logging
 
 from confluent_kafka import KafkaException, Producer
 
+from capture.publish.producer_config import BASE_CONFIG
 from common.errors import BottlerError
-from common.kafka import Connection, denied, is_denied
+from common.kafka import client_config, denied, is_denied
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +32,14 @@ def transactional_id(topic_prefix: str, slot: str) -> str:
 
 
 class KafkaTransactions:
-    """The producer the capture's Kafka transactions are written with."""
+    """The producer the capture's Kafka transactions are written with: the settings of its
+    ordinary one (``bootstrap`` and ``extra_config`` as the Publisher takes them)."""
 
-    def __init__(self, connection: Connection, config: dict, tid: str):
-        self.connection, self.id = connection, tid
-        self.producer = Producer({"transaction.timeout.ms": TRANSACTION_TIMEOUT_MS, **config,
-                                  "transactional.id": tid})
+    def __init__(self, bootstrap: str, extra_config: dict[str, str], tid: str):
+        self.connection, self.id = {**extra_config, "bootstrap.servers": bootstrap}, tid
+        self.producer = Producer(client_config(bootstrap, **{
+            "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS, **BASE_CONFIG, **extra_config,
+            "transactional.id": tid}))
         try:
             self.producer.init_transactions(TIMEOUT)
         except KafkaException as exc:
