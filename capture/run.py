@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient
 from capture.health import metrics, slot_safety
 from capture.publish.control import ControlEvents
 from capture.publish.dead_letters import ErrorPolicy, OnError
-from capture.publish.producer_config import producer_config
+from capture.publish.producer_config import producer_config, transactional_config
 from capture.publish.publisher import Publisher
 from capture.publish.registrar import Registrar
 from capture.publish.transactional import KafkaTransactions, transactional_id
@@ -67,13 +67,12 @@ def _run(s: CaptureSettings, catalog, stop: threading.Event) -> None:
                            "combined with --skip-snapshot", "drop --skip-snapshot")
     # Kafka and the registry are checked before anything is created in the database.
     check_broker(s.kafka)  # a wrong property fails here, in one line
-    kafka_config = producer_config(s.kafka_config, s.topic_config)
     # Streamed transactions are published in Kafka transactions: registered now (a restart
     # fences its predecessor's), the broker's grant checked before anything is created
     transactions = streaming_wanted(
         catalog.info.server_version, s.stream_large_transactions,
-        lambda: KafkaTransactions(s.broker, kafka_config, transactional_id(s.topic_prefix,
-                                                                            s.slot)))
+        lambda: KafkaTransactions(s.broker, transactional_config(s.kafka_config, s.topic_config),
+                                  transactional_id(s.topic_prefix, s.slot)))
     admin = AdminClient(client_config(s.kafka, log_level=2))
     registrar = Registrar(s.schema_registry) if s.output_format == "avro" else None
     if registrar:

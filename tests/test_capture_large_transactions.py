@@ -7,6 +7,7 @@ capture is killed in the middle of its publication."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -188,6 +189,30 @@ def test_read_committed_readers_never_see_part_of_a_streamed_transaction(
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
+
+
+def test_a_row_too_large_in_a_streamed_transaction_is_dead_lettered_the_rest_published(
+        stack, small_decoding_memory, prefix, start):
+    """Inside a Kafka transaction a row the broker would refuse for its size is refused by the
+    producer first: --on-error decides for it (a dead letter), the rest commits."""
+    source = small_decoding_memory
+    # the broker refuses over 20 kB (-T), the ordinary producer over 200 kB (-C)
+    capture = start(stream_large_transactions="on", topic_config={"max.message.bytes": "20000"},
+                    kafka_config={"message.max.bytes": "200000"})
+    wait_streaming(source, prefix)
+    with psycopg.connect(source) as conn:
+        conn.execute(f"insert into big select i, 'kept', {PAYLOAD} "
+                     f"from generate_series(1, {ROWS}) i")
+        # 64 kB of hex digits, which lz4 hardly compresses
+        conn.execute("insert into big select 0, 'large', string_agg(md5(g::text), '') "
+                     "from generate_series(1, 2000) g")
+    expected = {i: n for i, n in expected_state(source).items() if i != 0}
+    _, notes = wait_published(stack, f"{prefix}.big", expected)
+    assert len(notes) == ROWS
+    dead_letters = f"{prefix}._bottler.capture-dead-letter"
+    letters = wait_for(lambda: read_committed(stack.kafka, dead_letters), 60, "the dead letter")
+    assert [json.loads(m.key())["key"] for m in letters] == [{"id": "0"}]
+    assert capture.thread.is_alive() and capture.error is None
 
 
 def capture_args(stack, source: str, prefix: str, spool: Path) -> list[str]:

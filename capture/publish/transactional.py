@@ -32,8 +32,8 @@ def transactional_id(topic_prefix: str, slot: str) -> str:
 
 
 class KafkaTransactions:
-    """The producer the capture's Kafka transactions are written with: the settings of its
-    ordinary one (``bootstrap`` and ``extra_config`` as the Publisher takes them)."""
+    """The producer the capture's Kafka transactions are written with: ``bootstrap`` and
+    ``extra_config`` as the Publisher takes them (producer_config.transactional_config)."""
 
     def __init__(self, bootstrap: str, extra_config: dict[str, str], tid: str):
         self.connection, self.id = {**extra_config, "bootstrap.servers": bootstrap}, tid
