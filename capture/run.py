@@ -62,9 +62,6 @@ def _run(s: CaptureSettings, catalog, stop: threading.Event) -> None:
     lost = slot_safety.is_lost(catalog, s.slot)
     if lost and not s.recover_lost_slot:
         raise slot_safety.lost_slot_error(s.slot)
-    if lost and s.skip_snapshot:
-        raise BottlerError("--recover-lost-slot snapshots every table again: it cannot be "
-                           "combined with --skip-snapshot", "drop --skip-snapshot")
     # Kafka and the registry are checked before anything is created in the database.
     check_broker(s.kafka)  # a wrong property fails here, in one line
     # Streamed transactions are published in Kafka transactions: registered now (a restart
@@ -74,6 +71,15 @@ def _run(s: CaptureSettings, catalog, stop: threading.Event) -> None:
         lambda: KafkaTransactions(s.broker, transactional_config(s.kafka_config, s.topic_config),
                                   transactional_id(s.topic_prefix, s.slot)))
     admin = AdminClient(client_config(s.kafka, log_level=2))
+    progress = state.CaptureState(s.broker, s.topic_prefix, s.kafka_config)
+    # A slot it streamed from, missing here (a failover that could not keep it): never a
+    # silent new snapshot, which would leave the rows deleted meanwhile in the views
+    gone = not lost and slot_safety.is_gone(catalog, s.slot, progress, admin)
+    if gone and not s.recover_lost_slot:
+        raise slot_safety.gone_slot_error(catalog, s.slot)
+    if (lost or gone) and s.skip_snapshot:
+        raise BottlerError("--recover-lost-slot snapshots every table again: it cannot be "
+                           "combined with --skip-snapshot", "drop --skip-snapshot")
     registrar = Registrar(s.schema_registry) if s.output_format == "avro" else None
     if registrar:
         registrar.check()
@@ -84,9 +90,9 @@ def _run(s: CaptureSettings, catalog, stop: threading.Event) -> None:
     undo = Undo(s.postgres, admin, registrar)
     with undo.on_failure():
         control = ControlEvents(s.topic_prefix, s.output_format, registrar)
-    progress = undo.progress = state.CaptureState(s.broker, s.topic_prefix, s.kafka_config)
+    undo.progress = progress
     progress.warm()
-    if lost:
+    if lost or gone:
         slot_safety.recover(s, admin, control, published)
     try:
         _start_and_stream(s, catalog, stop, undo, registrar, publications, control, progress,
@@ -227,9 +233,12 @@ def _prefixes(topics) -> list[str]:
 def _new_slot(s: CaptureSettings, progress: state.CaptureState, tables: Tables,
               publications: Publications, undo: Undo) -> SnapshotJob | None:
     if s.skip_snapshot:
-        progress.write(s.slot, **progress_records.skipped())
+        # "skipped" only once the slot exists: a record saying the slot was made, with no slot,
+        # is a slot gone (slot_safety.is_gone), never a first start cut short
+        progress.write(s.slot, **progress_records.started())
         create_slot(s.postgres, s.slot, s.failover == "on").release()
         undo.slot = s.slot
+        progress.write(s.slot, **progress_records.skipped())
         log.info("created slot %s; snapshot skipped (--skip-snapshot)", s.slot)
         return None
     progress.write(s.slot, **progress_records.started())

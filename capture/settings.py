@@ -100,8 +100,9 @@ class CaptureSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings, Metr
         "--slot-warn-safe-mb",
         help="Warn when the slot's safe_wal_size falls under this (MiB)")] = Field(2048, ge=0)
     recover_lost_slot: Annotated[bool, Flag(
-        "--recover-lost-slot", help="If the slot was invalidated (wal_status lost): reset the "
-        "topics, new slot, snapshot.")] = False
+        "--recover-lost-slot", help="If the slot was invalidated (wal_status lost), or is "
+        "missing though the capture streamed from it (a failover without its synchronized "
+        "copy, or dropped): reset the topics, new slot, snapshot.")] = False
     # partitions of a new table topic (an existing topic keeps its own), and per table
     # ("schema.table": N, config file only) for the few big ones
     partitions: Annotated[int, Flag(
