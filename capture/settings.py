@@ -63,11 +63,14 @@ class CaptureSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings, Metr
         "--transaction-topic", help="Publish transaction boundaries.")] = False
     # pgoutput protocol 2+ with streaming (PostgreSQL 14 on): a transaction larger than the
     # source's logical_decoding_work_mem comes while it runs, staged in stream_spool_dir until
-    # it commits, instead of spilling to the source's disk and arriving whole at its commit
-    stream_large_transactions: Annotated[bool, Flag(
-        "--stream-large-transactions", help="Have PostgreSQL (14+) stream a transaction larger "
-        "than logical_decoding_work_mem while it runs (pgoutput protocol 2+), staged on local "
-        "disk until it commits, instead of spilling it to the source's disk.")] = False
+    # it commits (instead of spilling to the source's disk), then published in one Kafka
+    # transaction; auto: where the server streams and the broker grants the capture's
+    # transactional id, else protocol 1 as before (said in the log)
+    stream_large_transactions: Annotated[Literal["auto", "on", "off"], Flag(
+        "--stream-large-transactions", help="auto, on or off: have PostgreSQL (14+) stream a "
+        "transaction larger than logical_decoding_work_mem while it runs, staged on local disk "
+        "until it commits and then published in one Kafka transaction, instead of spilling it "
+        "to the source's disk (auto: where the server and the broker allow it)")] = "auto"
     stream_spool_dir: Annotated[Path | None, Flag(  # None: see spool_dir
         "--stream-spool-dir", help="Where streamed transactions wait for their commit",
         shown="<temp dir>/bottler-stream-<system id>-<slot>")] = None
