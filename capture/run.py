@@ -12,9 +12,10 @@ from confluent_kafka.admin import AdminClient
 from capture.health import metrics, slot_safety
 from capture.publish.control import ControlEvents
 from capture.publish.dead_letters import ErrorPolicy, OnError
-from capture.publish.producer_config import producer_config
+from capture.publish.producer_config import producer_config, transactional_config
 from capture.publish.publisher import Publisher
 from capture.publish.registrar import Registrar
+from capture.publish.transactional import KafkaTransactions, transactional_id
 from capture.settings import CaptureSettings
 from capture.setup import state, topics
 from capture.setup.undo import Undo
@@ -22,7 +23,7 @@ from capture.snapshot import exported
 from capture.source import database, standby
 from capture.source.publication import Publications, Watcher
 from capture.source.slot import create_slot, drop_slot, failover_wanted
-from capture.stream.replication import StreamOptions
+from capture.stream.replication import StreamOptions, streaming_wanted
 from capture.stream.streamer import Streamer
 from capture.stream.tables import Tables
 from common import gctune
@@ -75,12 +76,24 @@ def _checked(s: CaptureSettings, catalog, writes, stop: threading.Event) -> None
     lost = slot_safety.is_lost(catalog, s.slot)
     if lost and not s.recover_lost_slot:
         raise slot_safety.lost_slot_error(s.slot)
-    if lost and s.skip_snapshot:
-        raise BottlerError("--recover-lost-slot snapshots every table again: it cannot be "
-                           "combined with --skip-snapshot", "drop --skip-snapshot")
     # Kafka and the registry are checked before anything is created in the database.
     check_broker(s.kafka)  # a wrong property fails here, in one line
+    # Streamed transactions are published in Kafka transactions: registered now (a restart
+    # fences its predecessor's), the broker's grant checked before anything is created
+    transactions = streaming_wanted(
+        catalog.info.server_version, s.stream_large_transactions,
+        lambda: KafkaTransactions(s.broker, transactional_config(s.kafka_config, s.topic_config),
+                                  transactional_id(s.topic_prefix, s.slot)))
     admin = AdminClient(client_config(s.kafka, log_level=2))
+    progress = state.CaptureState(s.broker, s.topic_prefix, s.kafka_config)
+    # A slot it streamed from, missing here (a failover that could not keep it): never a
+    # silent new snapshot, which would leave the rows deleted meanwhile in the views
+    gone = not lost and slot_safety.is_gone(catalog, s.slot, progress, admin)
+    if gone and not s.recover_lost_slot:
+        raise slot_safety.gone_slot_error(catalog, s.slot)
+    if (lost or gone) and s.skip_snapshot:
+        raise BottlerError("--recover-lost-slot snapshots every table again: it cannot be "
+                           "combined with --skip-snapshot", "drop --skip-snapshot")
     registrar = Registrar(s.schema_registry) if s.output_format == "avro" else None
     if registrar:
         registrar.check()
@@ -91,19 +104,21 @@ def _checked(s: CaptureSettings, catalog, writes, stop: threading.Event) -> None
     undo = Undo(s.postgres, admin, registrar, primary=s.primary)
     with undo.on_failure():
         control = ControlEvents(s.topic_prefix, s.output_format, registrar)
-    progress = undo.progress = state.CaptureState(s.broker, s.topic_prefix, s.kafka_config)
+    undo.progress = progress
     progress.warm()
-    if lost:
+    if lost or gone:
         slot_safety.recover(s, admin, control, published)
     try:
-        _start_and_stream(s, catalog, stop, undo, registrar, publications, control, progress)
+        _start_and_stream(s, catalog, stop, undo, registrar, publications, control, progress,
+                          transactions)
     finally:
         progress.close()
 
 
 def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, undo: Undo,
                       registrar: Registrar | None, publications: Publications,
-                      control: ControlEvents, progress: state.CaptureState) -> None:
+                      control: ControlEvents, progress: state.CaptureState,
+                      transactions: KafkaTransactions | None) -> None:
     admin = undo.admin
     with undo.on_failure():
         topics.ensure_topics(admin, [progress.topic], config=s.topic_config, created=undo.topics)
@@ -148,10 +163,12 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, undo: 
         return
     metrics.SNAPSHOT_DONE.set(1)  # copied now, before, or skipped: the stream is what follows
 
+    if transactions is not None:
+        publisher.transactional(transactions)
     options = StreamOptions(
         s.postgres, s.slot, publications.existing(), s.heartbeat_interval, s.transaction_topic,
-        s.incremental_chunk_rows, s.spool_dir if s.stream_large_transactions else None,
-        publications.generated, s.primary)
+        s.incremental_chunk_rows, s.spool_dir if transactions else None, publications.generated,
+        s.primary)
     # heartbeats are written where the publications are: a standby is read-only
     streamer = Streamer(options, tables, control, publisher, admin, heartbeats=publications.conn,
                         watcher=Watcher(publications) if publications.managed else None,
@@ -234,10 +251,13 @@ def _prefixes(topics) -> list[str]:
 def _new_slot(s: CaptureSettings, progress: state.CaptureState, tables: Tables,
               publications: Publications, undo: Undo) -> SnapshotJob | None:
     if s.skip_snapshot:
-        progress.write(s.slot, **progress_records.skipped())
+        # "skipped" only once the slot exists: a record saying the slot was made, with no slot,
+        # is a slot gone (slot_safety.is_gone), never a first start cut short
+        progress.write(s.slot, **progress_records.started())
         with standby.running_xacts(s.primary):
             create_slot(s.postgres, s.slot, s.failover == "on").release()
         undo.slot = s.slot
+        progress.write(s.slot, **progress_records.skipped())
         log.info("created slot %s; snapshot skipped (--skip-snapshot)", s.slot)
         return None
     progress.write(s.slot, **progress_records.started())

@@ -69,11 +69,14 @@ class CaptureSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings, Metr
         "--transaction-topic", help="Publish transaction boundaries.")] = False
     # pgoutput protocol 2+ with streaming (PostgreSQL 14 on): a transaction larger than the
     # source's logical_decoding_work_mem comes while it runs, staged in stream_spool_dir until
-    # it commits, instead of spilling to the source's disk and arriving whole at its commit
-    stream_large_transactions: Annotated[bool, Flag(
-        "--stream-large-transactions", help="Have PostgreSQL (14+) stream a transaction larger "
-        "than logical_decoding_work_mem while it runs (pgoutput protocol 2+), staged on local "
-        "disk until it commits, instead of spilling it to the source's disk.")] = False
+    # it commits (instead of spilling to the source's disk), then published in one Kafka
+    # transaction; auto: where the server streams and the broker grants the capture's
+    # transactional id, else protocol 1 as before (said in the log)
+    stream_large_transactions: Annotated[Literal["auto", "on", "off"], Flag(
+        "--stream-large-transactions", help="auto, on or off: have PostgreSQL (14+) stream a "
+        "transaction larger than logical_decoding_work_mem while it runs, staged on local disk "
+        "until it commits and then published in one Kafka transaction, instead of spilling it "
+        "to the source's disk (auto: where the server and the broker allow it)")] = "auto"
     stream_spool_dir: Annotated[Path | None, Flag(  # None: see spool_dir
         "--stream-spool-dir", help="Where streamed transactions wait for their commit",
         shown="<temp dir>/bottler-stream-<system id>-<slot>")] = None
@@ -103,8 +106,9 @@ class CaptureSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings, Metr
         "--slot-warn-safe-mb",
         help="Warn when the slot's safe_wal_size falls under this (MiB)")] = Field(2048, ge=0)
     recover_lost_slot: Annotated[bool, Flag(
-        "--recover-lost-slot", help="If the slot was invalidated (wal_status lost): reset the "
-        "topics, new slot, snapshot.")] = False
+        "--recover-lost-slot", help="If the slot was invalidated (wal_status lost), or is "
+        "missing though the capture streamed from it (a failover without its synchronized "
+        "copy, or dropped): reset the topics, new slot, snapshot.")] = False
     # partitions of a new table topic (an existing topic keeps its own), and per table
     # ("schema.table": N, config file only) for the few big ones
     partitions: Annotated[int, Flag(

@@ -50,7 +50,9 @@ def reader_config(connection: Connection, purpose: str, **ours: Any) -> dict[str
     (metadata, watermarks): a group of its own under READER_GROUPS, nothing committed."""
     return client_config(connection, **{
         "group.id": f"{READER_GROUPS}{purpose}-{uuid.uuid4().hex[:12]}",
-        "enable.auto.commit": False, **ours})
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",  # librdkafka's default, said: see consumer_config
+        **ours})
 
 
 def servers(connection: Connection) -> str:

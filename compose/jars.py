@@ -57,6 +57,16 @@ def java(minimum: int = JAVA_MIN, needs: str = "Kafka and OpenSearch") -> str:
     return binary
 
 
+JVM_OPTIONS_ENV = "BOTTLER_STACK_JVM_OPTIONS"
+
+
+def extra_jvm_options() -> list[str]:
+    """Options added to those of the stack's JVMs (the broker's and the search engine's) from
+    BOTTLER_STACK_JVM_OPTIONS, space-separated: the tests' stacks start faster with
+    ``-XX:TieredStopAtLevel=1`` (docs/stack.md)."""
+    return os.environ.get(JVM_OPTIONS_ENV, "").split()
+
+
 def java_major(version_output: str) -> int | None:
     """The major version in ``java -version``'s output: ``"17.0.15"`` → 17, ``"1.8.0"`` → 8."""
     found = re.search(r'version "(\d+)(?:\.(\d+))?', version_output)

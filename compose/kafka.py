@@ -110,7 +110,8 @@ class KafkaNode:
         }
 
     def argv(self, java: str, classpath: str) -> list[str]:
-        return [java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={self.log4j}",
+        return [java, *JVM_OPTIONS, *jars.extra_jvm_options(),
+                f"-Dlog4j2.configurationFile={self.log4j}",
                 "-cp", classpath, "kafka.Kafka", str(self.properties)]
 
     def check(self) -> tuple[str, str]:
@@ -157,7 +158,8 @@ class KafkaNode:
         users = [arg for name, password in self.scram_users.items()
                  for arg in ("--add-scram", f"SCRAM-SHA-512=[name={name},password={password}]")]
         done = subprocess.run(
-            [java, "-Xmx256m", f"-Dlog4j2.configurationFile={self.log4j}", "-cp", classpath,
+            [java, "-Xmx256m", *jars.extra_jvm_options(),
+             f"-Dlog4j2.configurationFile={self.log4j}", "-cp", classpath,
              "kafka.tools.StorageTool", "format", "--ignore-formatted",
              "-t", self.cluster_id, "-c", str(self.properties), *users],
             capture_output=True, text=True, timeout=120)

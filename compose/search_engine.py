@@ -89,7 +89,8 @@ class SearchEngineNode:
         }
 
     def argv(self, java: str, classpath: str) -> list[str]:
-        return [java, *JVM_OPTIONS, "-cp", classpath, LAUNCHER, str(self.home)]
+        return [java, *JVM_OPTIONS, *jars.extra_jvm_options(), "-cp", classpath, LAUNCHER,
+                str(self.home)]
 
     def check(self) -> tuple[str, str]:
         """Refuse what would keep the node from starting, before anything of the stack starts:

@@ -1,6 +1,7 @@
 """What `make up` runs: the stack, the demo shop under a gentle write load, the capture streaming
 it into Kafka, and every view: the replica in a second database, the Delta warehouse, the
-business events (and the search index, see tests/test_search*.py)."""
+business events, the search index; and every process of it listening on loopback only (the
+other listeners' tests are in tests/test_exposure.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pytest
 
 from compose.stack import isolated_stack
 from tests.support.databases import execute, rows
+from tests.support.listeners import listeners, stack_processes
+from tests.support.own_stack import Tracker
 from tests.support.topics import Decoder, read_topic
 from tests.support.waiting import wait_for
 
@@ -49,8 +52,11 @@ def order_events(stack) -> dict[int, list[str]]:
     return Events(RunningStack(stack), "order-events").by_order()
 
 
-def test_the_appliance_runs_and_every_view_follows():
-    with isolated_stack() as stack:
+@pytest.mark.timeout(600)
+def test_the_appliance_runs_every_view_follows_and_nothing_listens_beyond_loopback():
+    """…and `down` of the running stack leaves no process (tests/test_stack_stops.py stops it
+    at moments of its start)."""
+    with isolated_stack() as stack, Tracker(stack.root, interval=1.0) as tracker:
         outcome = stack.up(apps=stack.APPS, demo=True)
         assert {outcome[app] for app in stack.APPS} == {"started"}
         ep = stack.endpoints
@@ -95,8 +101,17 @@ def test_the_appliance_runs_and_every_view_follows():
                  "the order's business events")
         wait_for(lambda: search_status(ep.search, order) == "paid", 60, "the search index")
 
+        # each listening socket of each process of the stack, whatever process it is (Spark's
+        # driver JVM and its Python workers included: the warehouse wrote), binds to loopback
+        found = listeners(stack_processes(stack))
+        commands = " ".join(listener.command for listener in found)
+        assert "java" in commands and "postgres" in commands, found  # Spark's JVM is seen
+        exposed = [str(listener) for listener in found if not listener.loopback]
+        assert exposed == [], "listening beyond loopback:\n" + "\n".join(exposed)
+
         again = stack.up()  # the apps are remembered
         assert again["capture"] == again["replica"] == "already running"
         stack.down()
+        assert tracker.alive() == []
         log = (stack.root / "logs" / "capture.log").read_text()
         assert "capture stopped; confirmed up to" in log  # a graceful stop, not a kill

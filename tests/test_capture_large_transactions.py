@@ -1,21 +1,26 @@
 """Large transactions streamed while they run (--stream-large-transactions: pgoutput protocol 2+
-with streaming), staged on the capture's disk until they commit: committed ones arrive whole,
-aborted ones and aborted subtransactions never do, the source spills nothing (side by side with
-protocol 1 on the same workload), and a `kill -9` in the middle of one loses nothing."""
+with streaming), staged on the capture's disk until they commit, then published in one Kafka
+transaction: committed ones arrive whole, aborted ones and aborted subtransactions never do, the
+source spills nothing (side by side with protocol 1 on the same workload), a `kill -9` in the
+middle of one loses nothing, and a read_committed reader never sees part of one, even when the
+capture is killed in the middle of its publication."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import psycopg
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from psycopg.conninfo import conninfo_to_dict
 
 from tests.support.capture import capture_process
 from tests.support.databases import execute, rows
-from tests.support.topics import Decoder, read_topic
+from tests.support.topics import Decoder, read_committed
 from tests.support.waiting import wait_for, wait_streaming
 
 pytestmark = pytest.mark.pg_matrix  # on PostgreSQL 15 and 18 (tests/conftest.py)
@@ -47,9 +52,10 @@ def decoded(dsn: str, slot: str) -> dict[str, int] | None:
 
 
 def published(stack, topic: str) -> tuple[dict[int, str], list[str]]:
-    """The topic's last state per id (note), and every note ever published to it."""
+    """The topic's last state per id (note), and every note ever published to it, as a
+    read_committed reader sees them."""
     decoder = Decoder(stack.registry_url)
-    messages = read_topic(stack.kafka, topic)
+    messages = read_committed(stack.kafka, topic)
     notes = [decoder.value(m)["note"] for m in messages if m.value() is not None]
     state = {dict(k)["id"]: v["note"] for k, v in decoder.table_state(messages).items()}
     return state, notes
@@ -93,9 +99,9 @@ def test_streamed_transactions_arrive_whole_and_spill_nothing(stack, small_decod
                                                               prefix, start, tmp_path):
     source = small_decoding_memory
     streamed, whole = f"{prefix}s", f"{prefix}w"  # the new path and protocol 1, side by side
-    start(slot=streamed, topic_prefix=streamed, stream_large_transactions=True,
+    start(slot=streamed, topic_prefix=streamed, stream_large_transactions="on",
           stream_spool_dir=tmp_path / "spool")
-    start(slot=whole, topic_prefix=whole)
+    start(slot=whole, topic_prefix=whole, stream_large_transactions="off")
     wait_streaming(source, streamed)
     wait_streaming(source, whole)
 
@@ -119,9 +125,7 @@ def test_kill_9_in_the_middle_of_a_streamed_transaction_loses_nothing(
         stack, small_decoding_memory, prefix, tmp_path):
     source = small_decoding_memory
     spool = tmp_path / "spool"
-    args = ["-d", source, "-s", prefix, "-b", stack.kafka, "-r", stack.registry_url,
-            "-p", prefix, "--heartbeat-interval", "1", "--stream-large-transactions",
-            "--stream-spool-dir", str(spool)]
+    args = capture_args(stack, source, prefix, spool)
     log = tmp_path / "capture.log"
     proc = capture_process(args, log)
     try:
@@ -151,6 +155,89 @@ def test_kill_9_in_the_middle_of_a_streamed_transaction_loses_nothing(
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
+
+
+def test_read_committed_readers_never_see_part_of_a_streamed_transaction(
+        stack, small_decoding_memory, prefix, tmp_path):
+    """The capture stopped, then killed, in the middle of a streamed transaction's publication:
+    a read_committed reader sees none of it (though Kafka holds some), and after the restart
+    all of it, each row once."""
+    source, rows_ = small_decoding_memory, 20 * ROWS  # its publication takes a while
+    args = capture_args(stack, source, prefix, tmp_path / "spool")
+    log, topic = tmp_path / "capture.log", f"{prefix}.big"
+    proc = capture_process(args, log)
+    try:
+        wait_streaming(source, prefix)
+        execute(source, f"insert into big select i, 'kept', {PAYLOAD} "
+                f"from generate_series(1, {rows_}) i")
+        written = UncommittedEnd(stack.kafka, topic)
+        deadline = time.monotonic() + 120
+        while not written() and time.monotonic() < deadline:  # closely: a race with the commit
+            assert proc.poll() is None, log.read_text()[-3000:]
+        os.kill(proc.pid, signal.SIGSTOP)  # in the middle: some rows written, no commit
+        assert 0 < written() < rows_, log.read_text()[-3000:]
+        written.close()
+        assert read_committed(stack.kafka, topic) == []
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        assert read_committed(stack.kafka, topic) == []  # the open transaction stays unseen
+        proc = capture_process(args, log)  # fences the open one: aborted, streamed again
+        expected = expected_state(source)
+        _, notes = wait_published(stack, topic, expected, proc, log)
+        assert len(notes) == rows_  # each row once: the killed run's rows were aborted
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+
+
+def test_a_row_too_large_in_a_streamed_transaction_is_dead_lettered_the_rest_published(
+        stack, small_decoding_memory, prefix, start):
+    """Inside a Kafka transaction a row the broker would refuse for its size is refused by the
+    producer first: --on-error decides for it (a dead letter), the rest commits."""
+    source = small_decoding_memory
+    # the broker refuses over 20 kB (-T), the ordinary producer over 200 kB (-C)
+    capture = start(stream_large_transactions="on", topic_config={"max.message.bytes": "20000"},
+                    kafka_config={"message.max.bytes": "200000"})
+    wait_streaming(source, prefix)
+    with psycopg.connect(source) as conn:
+        conn.execute(f"insert into big select i, 'kept', {PAYLOAD} "
+                     f"from generate_series(1, {ROWS}) i")
+        # 64 kB of hex digits, which lz4 hardly compresses
+        conn.execute("insert into big select 0, 'large', string_agg(md5(g::text), '') "
+                     "from generate_series(1, 2000) g")
+    expected = {i: n for i, n in expected_state(source).items() if i != 0}
+    _, notes = wait_published(stack, f"{prefix}.big", expected)
+    assert len(notes) == ROWS
+    dead_letters = f"{prefix}._bottler.capture-dead-letter"
+    letters = wait_for(lambda: read_committed(stack.kafka, dead_letters), 60, "the dead letter")
+    assert [json.loads(m.key())["key"] for m in letters] == [{"id": "0"}]
+    assert capture.thread.is_alive() and capture.error is None
+
+
+def capture_args(stack, source: str, prefix: str, spool: Path) -> list[str]:
+    return ["-d", source, "-s", prefix, "-b", stack.kafka, "-r", stack.registry_url,
+            "-p", prefix, "--heartbeat-interval", "1", "--stream-large-transactions", "on",
+            "--stream-spool-dir", str(spool)]
+
+
+class UncommittedEnd:
+    """The end of a topic's log, the messages of open Kafka transactions included (0 while the
+    topic does not exist): what a read_uncommitted reader would read up to."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        self.topic = topic
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "t-uncommitted",
+                                  "isolation.level": "read_uncommitted"})
+
+    def __call__(self) -> int:
+        if self.topic not in self.consumer.list_topics(timeout=10).topics:
+            return 0
+        return self.consumer.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=10,
+                                                   cached=False)[1]
+
+    def close(self) -> None:
+        self.consumer.close()
 
 
 def staged_bytes(spool: Path) -> int:

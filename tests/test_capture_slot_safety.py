@@ -12,9 +12,11 @@ from contextlib import contextmanager
 import psycopg2
 import psycopg2.extras
 import pytest
+from confluent_kafka.admin import AdminClient
 from prometheus_client import REGISTRY
 
 from capture.health.slot_safety import MIB, SlotWatch, lost_while_streaming
+from capture.setup.state import CaptureState
 from tests.support.cli import assert_clear_error, bottler, services
 from tests.support.databases import execute, rows
 from tests.support.replica import converge, replica
@@ -114,3 +116,43 @@ def test_a_lost_slot_is_one_clear_error_and_the_recovery_ends_with_the_replica_e
         # and the stream goes on
         execute(source, "delete from items where id = 51", "update tags set label = 'after'")
         converge(source, target, QUERIES, failure)
+
+
+def test_a_slot_gone_where_the_capture_streamed_is_one_clear_line_and_the_recovery_ends_equal(
+    stack, source, target, prefix, start
+):
+    """The slot the capture streamed from is missing (dropped by hand here; to the capture the
+    same as a promoted standby without its synchronized copy): the start stops in one line,
+    creating nothing, rather than snapshot again and keep the rows deleted meanwhile in the
+    views; --recover-lost-slot recovers it as a lost slot."""
+    execute(source, "create table items (id int primary key, name text)",
+            "create table tags (id int primary key, label text)",
+            "insert into items select g, 'item ' || g from generate_series(1, 20) g",
+            "insert into tags values (1, 'tag')")
+    with replica(stack, target, prefix) as (_, _, failure):
+        capture = start()
+        wait_streaming(source, prefix)
+        converge(source, target, QUERIES, failure)
+        capture.stop()
+        execute(source, "delete from items where id <= 5", "insert into items values (21, 'new')",
+                f"select pg_drop_replication_slot('{prefix}')")
+        records = CaptureState(stack.kafka, prefix).read_all()
+        topics = sorted(t for t in AdminClient({"bootstrap.servers": stack.kafka})
+                        .list_topics(timeout=10).topics if t.startswith(prefix))
+        publications = rows(source, "select pubname from pg_publication order by 1")
+
+        args = ("capture", "-d", source, "-s", prefix, "-p", prefix, *services(stack))
+        assert_clear_error(bottler(*args), f"replication slot {prefix} is missing",
+                           "streamed from it before", "--recover-lost-slot",
+                           "docs/operations.md#high-availability")
+        assert rows(source, "select count(*) from pg_replication_slots "
+                    f"where slot_name = '{prefix}'") == [(0,)]
+        assert rows(source, "select pubname from pg_publication order by 1") == publications
+        assert CaptureState(stack.kafka, prefix).read_all() == records
+        assert sorted(t for t in AdminClient({"bootstrap.servers": stack.kafka})
+                      .list_topics(timeout=10).topics if t.startswith(prefix)) == topics
+
+        start(recover_lost_slot=True)
+        wait_streaming(source, prefix)
+        converge(source, target, QUERIES, failure)
+        assert rows(target, "select count(*) from items where id <= 5") == [(0,)]

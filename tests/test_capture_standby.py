@@ -41,7 +41,7 @@ def settings(stack, prefix: str, standby, primary=None) -> dict:
     return dict(postgres=standby.dsn(DB), primary=primary and primary.dsn(DB),
                 broker=stack.kafka, schema_registry=stack.registry_url, slot=prefix,
                 topic_prefix=prefix, heartbeat_interval=1.0, snapshot_workers=1,
-                stream_large_transactions=True)
+                stream_large_transactions="on")
 
 
 def write(dsn: str, table: str, stop: threading.Event, updated: set[int]) -> None:

@@ -2,23 +2,20 @@
 Spark's driver included, on loopback unless the user asks otherwise; metrics served on loopback
 unless --metrics-host says otherwise, and a DSN password on the command line (visible in `ps`)
 draws one warning line naming the safer places. Through the real command line, against the
-session's stack (and a stack of its own running every app)."""
+session's stack (every listener of a stack running every app: tests/test_appliance.py)."""
 
 from __future__ import annotations
 
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import httpx
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from compose.procs import MARK, free_port
-from compose.stack import isolated_stack
+from compose.procs import free_port
 from tests.support.cli import ROOT, bottler, clean_env
-from tests.support.listeners import environment_holds, listeners, tree
 from tests.support.waiting import wait_for
 
 
@@ -83,39 +80,3 @@ def test_a_dsn_password_on_the_command_line_draws_one_warning(stack):
 
     both = bottler("migrate", "status", "--source", dsn, "--target", dsn, "--broker", stack.kafka)
     assert [w.split()[4] for w in warnings(both.stderr)] == ["--source", "--target"]
-
-
-def stack_processes(stack) -> set[int]:
-    """Every process of the running stack: those of its PID files, those carrying its mark
-    (compose/procs.py: inherited by whatever they start), and all their descendants."""
-    roots = {pid for pid in stack.status().values() if pid}
-    mark = f"@{stack.root}\0".encode()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and environ_marked(int(entry.name), mark):
-            roots.add(int(entry.name))
-    return tree(roots)
-
-
-def environ_marked(pid: int, mark: bytes) -> bool:
-    return environment_holds(pid, f"{MARK}=".encode()) and environment_holds(pid, mark)
-
-
-def warehouse_started(stack) -> bool:
-    """The warehouse's Spark session is up: its first Delta table is written."""
-    return any((stack.root / "warehouse").glob("**/_delta_log/*.json"))
-
-
-@pytest.mark.stack  # a stack of its own
-@pytest.mark.timeout(600)
-def test_every_listener_of_the_running_stack_is_on_loopback():
-    """The stack with every app (Spark's driver JVM and its Python workers included): each
-    listening socket of each of its processes, whatever process it is, binds to loopback."""
-    with isolated_stack() as stack:
-        stack.up(apps=stack.APPS, demo=True)
-        wait_for(lambda: warehouse_started(stack), 300, "the warehouse's first Delta table")
-        processes = stack_processes(stack)
-        found = listeners(processes)
-        commands = " ".join(listener.command for listener in found)
-        assert "java" in commands and "postgres" in commands, found  # Spark's JVM is seen
-        exposed = [str(listener) for listener in found if not listener.loopback]
-        assert exposed == [], "listening beyond loopback:\n" + "\n".join(exposed)

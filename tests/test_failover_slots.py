@@ -1,7 +1,9 @@
 """Failover slots (PostgreSQL 17+, here 18): the primary killed under a write load and its
 standby promoted, the capture (restarted as a supervisor would) resumes on the standby from the
 synchronized copy of its slot, and every row of the promoted server is in the table topic, none
-that it lacks (docs/operations.md, high availability)."""
+that it lacks, and in a replica fed from it; a promotion whose standby has no copy of the slot
+stops the capture in one line; `bottler status` names each setting a failover would miss
+(docs/operations.md, high availability)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ from compose.postgres import PostgresCluster
 from compose.procs import free_port
 from compose.stack import new_stack_dir
 from tests.support.capture import capture_process
+from tests.support.cli import assert_clear_error, bottler
+from tests.support.replica import converge, replica
 from tests.support.topics import Decoder, read_topic
 from tests.support.waiting import wait_for, wait_streaming
 
@@ -79,8 +83,17 @@ class Supervised:
         self.proc.wait(30)
 
 
+# One transaction per row: a new row, the row before it updated, and every third time the row
+# two before it deleted (one statement, so one commit: acknowledged or not as a whole).
+WRITE = """
+with new as (insert into items values (%(n)s, 0)),
+     changed as (update items set v = v + 1 where id = %(n)s - 1)
+delete from items where id = %(n)s - 2 and %(n)s %% 3 = 0
+"""
+
+
 def load(dsn: str, stop: threading.Event, acknowledged: list[int]) -> None:
-    """A row at a time, through whichever server takes writes; a commit that failed may or may
+    """Transactions through whichever server takes writes; one whose commit failed may or may
     not have happened, so only acknowledged ones are counted."""
     n = 0
     while not stop.is_set():
@@ -88,7 +101,7 @@ def load(dsn: str, stop: threading.Event, acknowledged: list[int]) -> None:
             with psycopg.connect(dsn, connect_timeout=2, autocommit=True) as conn:
                 while not stop.is_set():
                     n += 1
-                    conn.execute("insert into items values (%s)", (n,))
+                    conn.execute(WRITE, {"n": n})
                     acknowledged.append(n)
                     time.sleep(0.05)
         except psycopg.Error:
@@ -96,10 +109,13 @@ def load(dsn: str, stop: threading.Event, acknowledged: list[int]) -> None:
 
 
 def test_the_capture_resumes_on_the_promoted_standby_from_the_synchronized_slot(
-        stack, primary_and_standby, prefix, tmp_path):
+        stack, primary_and_standby, target, prefix, tmp_path):
+    """Under a load of inserts, updates and deletes across the kill and the promotion: the
+    table topic ends with exactly the promoted server's rows (duplicates allowed, none
+    missing, none it lacks), and a replica fed from it ends equal to the promoted server."""
     primary, standby = primary_and_standby
     with psycopg.connect(primary.dsn(DB), autocommit=True) as conn:
-        conn.execute("create table items (id int primary key)")
+        conn.execute("create table items (id int primary key, v int not null)")
     password = stack.stack.password
     both = (f"host=127.0.0.1,127.0.0.1 port={primary.port},{standby.port} dbname={DB} "
             f"user=postgres password={password} target_session_attrs=read-write")
@@ -107,39 +123,145 @@ def test_the_capture_resumes_on_the_promoted_standby_from_the_synchronized_slot(
                           "-p", prefix, "--heartbeat-interval", "1"], tmp_path / "capture.log")
     stop, acknowledged = threading.Event(), []
     writer = threading.Thread(target=load, args=(both, stop, acknowledged), daemon=True)
+    with replica(stack, target, prefix) as (_, _, failure):  # a view fed throughout
+        try:
+            wait_streaming(primary.dsn(DB), prefix)
+            writer.start()
+            wait_for(lambda: synced(standby.dsn(DB), prefix), 120,
+                     "the standby's synchronized copy of the slot")
+            before = len(acknowledged)
+            wait_for(lambda: len(acknowledged) > before + 20, 60, "rows written after the sync")
+            os.kill(primary.running_pid(), signal.SIGKILL)
+            with psycopg.connect(standby.dsn(DB), autocommit=True) as conn:
+                assert conn.execute("select pg_promote()").fetchone() == (True,)
+            wait_streaming(standby.dsn(DB), prefix, 120)
+            after = len(acknowledged)
+            wait_for(lambda: len(acknowledged) > after + 20, 60, "rows written on the new primary")
+        finally:
+            stop.set()
+            writer.join(30)
+            capture.close()
+        log = (tmp_path / "capture.log").read_text()
+        assert capture.exits, "the capture never exited when its primary died:\n" + log[-3000:]
+        promoted = standby.dsn(DB)
+        with psycopg.connect(promoted) as conn:
+            in_database = dict(conn.execute("select id, v from items").fetchall())
+        # synchronous replication: every acknowledged row no later commit deleted is there
+        assert {n for n in acknowledged if (n + 2) % 3} <= in_database.keys()
+        decoder = Decoder(stack.registry_url)
+
+        def published() -> dict[int, int]:
+            state = decoder.table_state(read_topic(stack.kafka, f"{prefix}.items"))
+            return {dict(key)["id"]: row["v"] for key, row in state.items()}
+
+        # none missing, none the new primary lacks (synchronized_standby_slots)
+        wait_for(lambda: published() == in_database, 120, "the promoted server's rows in Kafka")
+        converge(promoted, target, ["select id, v from items order by id"], failure, 120)
+
+
+def synced(dsn: str, slot: str) -> bool:
+    """The standby's copy of ``slot`` as `bottler status` shows it, and persistent (not a
+    temporary copy, which promotion drops)."""
+    copy = [s for s in SlotReader(dsn).read() if s.name == slot]
+    with psycopg.connect(dsn) as conn:
+        temporary = conn.execute("select temporary from pg_replication_slots "
+                                 "where slot_name = %s", (slot,)).fetchone()
+    return bool(copy and copy[0].failover and copy[0].synced and temporary == (False,))
+
+
+def test_status_names_each_setting_a_failover_would_miss(primary_and_standby):
+    """`bottler status` given the primary and the standby: nothing to say once the failover
+    slot has its synchronized copy; then, the standby left out of synchronized_standby_slots,
+    its feedback and slot sync off, one line for each, saying what to set."""
+    primary, standby = primary_and_standby
+    both = ("-d", primary.dsn(DB), "--standby", standby.dsn(DB))
+    with psycopg.connect(primary.dsn(DB), autocommit=True) as conn:
+        conn.execute("select pg_create_logical_replication_slot('kept', 'pgoutput', false, "
+                     "false, true)")  # a failover slot, as the capture makes it
+
+    def failover_lines(*args: str) -> list[str]:
+        """The problems shown, each one line (joined again where the console wrapped it)."""
+        shown = bottler("status", "--once", *args)
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        lines: list[str] = []
+        for line in shown.stdout.split("\nProcesses")[0].splitlines():
+            if line.startswith("failover: "):
+                lines.append(line)
+            elif lines:
+                lines[-1] = f"{lines[-1].rstrip()} {line.strip()}"
+        return lines
+
+    wait_for(lambda: failover_lines(*both) == [], 120, "status with nothing a failover would miss")
+    with psycopg.connect(standby.dsn(DB), autocommit=True) as conn:
+        conn.execute("alter system set sync_replication_slots = off")
+        conn.execute("alter system set hot_standby_feedback = off")
+        conn.execute("select pg_reload_conf()")
+        wait_for(lambda: conn.execute("select count(*) from pg_stat_activity where "
+                                      "backend_type = 'slotsync worker'").fetchone() == (0,),
+                 30, "the standby's slot sync worker to stop")
+    with psycopg.connect(primary.dsn(DB), autocommit=True) as conn:
+        conn.execute("select pg_create_physical_replication_slot('gone')")
+        conn.execute("alter system set synchronized_standby_slots = 'gone'")
+        conn.execute("select pg_reload_conf()")
+        conn.execute("select pg_create_logical_replication_slot('late', 'pgoutput', false, "
+                     "false, true)")  # made with slot sync off: never copied
+        conn.execute("select pg_create_logical_replication_slot('plain', 'pgoutput')")
+    at = f"standby 127.0.0.1:{standby.port}"
+    expected = [
+        "slot plain is not a failover slot",
+        "no standby streams from slot gone (in synchronized_standby_slots)",
+        "the standby on physical slot standby1 is not in synchronized_standby_slots: a promoted "
+        "standby may lack changes the capture published; add it (ALTER SYSTEM SET "
+        "synchronized_standby_slots = 'gone, standby1'; SELECT pg_reload_conf())",
+        f"{at}: sync_replication_slots is off",
+        f"{at}: hot_standby_feedback is off",
+        f"{at} has no copy of failover slot late yet",
+    ]
+
+    lines: list[str] = []
+
+    def all_shown() -> bool:
+        lines[:] = failover_lines(*both)
+        return all(any(f"failover: {e}" in line for line in lines) for e in expected)
+
+    try:
+        wait_for(all_shown, 60, "a line for each setting a failover would miss")
+    except AssertionError as exc:
+        raise AssertionError("\n".join([str(exc), "shown:", *lines])) from None
+    # one line per problem: the standby's own feedback off, not also the primary's view of it
+    assert len(lines) == len(expected), "\n".join(lines)
+    assert standby.password not in "\n".join(lines)
+    # the primary alone sees the standby's feedback off through its physical slot
+    alone = failover_lines("-d", primary.dsn(DB))
+    assert any(line.startswith("failover: the standby on physical slot standby1 sends no "
+                               "hot_standby_feedback") for line in alone), "\n".join(alone)
+
+
+def test_a_promotion_without_the_slot_stops_the_capture_in_one_line(
+        stack, primary_and_standby, prefix, tmp_path):
+    """A capture whose slot has no copy on the standby (not a failover slot: --failover off),
+    restarted after the promotion: one line naming the server reached and the recovery, and
+    nothing made on the new primary (no slot), rather than a silent new snapshot."""
+    primary, standby = primary_and_standby
+    with psycopg.connect(primary.dsn(DB), autocommit=True) as conn:
+        conn.execute("create table items (id int primary key)")
+        conn.execute("insert into items values (1)")
+    both = (f"host=127.0.0.1,127.0.0.1 port={primary.port},{standby.port} dbname={DB} "
+            f"user=postgres password={stack.stack.password} target_session_attrs=read-write")
+    args = ["-d", both, "-s", prefix, "-b", stack.kafka, "-r", stack.registry_url, "-p", prefix]
+    capture = capture_process([*args, "--failover", "off"], tmp_path / "capture.log")
     try:
         wait_streaming(primary.dsn(DB), prefix)
-        writer.start()
-
-        def synced():  # as `bottler status` shows it, and a persistent copy
-            copy = [s for s in SlotReader(standby.dsn(DB)).read() if s.name == prefix]
-            with psycopg.connect(standby.dsn(DB)) as conn:
-                temporary = conn.execute("select temporary from pg_replication_slots "
-                                         "where slot_name = %s", (prefix,)).fetchone()
-            return copy and copy[0].failover and copy[0].synced and temporary == (False,)
-
-        wait_for(synced, 120, "the standby's synchronized copy of the slot")
-        before = len(acknowledged)
-        wait_for(lambda: len(acknowledged) > before + 20, 60, "rows written after the sync")
-        os.kill(primary.running_pid(), signal.SIGKILL)
-        with psycopg.connect(standby.dsn(DB), autocommit=True) as conn:
-            assert conn.execute("select pg_promote()").fetchone() == (True,)
-        wait_streaming(standby.dsn(DB), prefix, 120)
-        after = len(acknowledged)
-        wait_for(lambda: len(acknowledged) > after + 20, 60, "rows written on the new primary")
     finally:
-        stop.set()
-        writer.join(30)
-        capture.close()
-    log = (tmp_path / "capture.log").read_text()
-    assert capture.exits, "the capture never exited when its primary died:\n" + log[-3000:]
+        capture.terminate()
+        capture.wait(30)
+    os.kill(primary.running_pid(), signal.SIGKILL)
+    with psycopg.connect(standby.dsn(DB), autocommit=True) as conn:
+        assert conn.execute("select pg_promote()").fetchone() == (True,)
+    refused = bottler("capture", *args)
+    assert_clear_error(refused, f"replication slot {prefix} is missing on the server the "
+                       f"capture reached (127.0.0.1:{standby.port})", "--recover-lost-slot",
+                       secrets=(stack.stack.password,))
     with psycopg.connect(standby.dsn(DB)) as conn:
-        in_database = {r[0] for r in conn.execute("select id from items")}
-    assert set(acknowledged) <= in_database  # synchronous replication: acknowledged is there
-    decoder = Decoder(stack.registry_url)
-
-    def published() -> set[int]:
-        return {decoder.key(m)["id"] for m in read_topic(stack.kafka, f"{prefix}.items")}
-
-    wait_for(lambda: published() >= in_database, 120, "every row of the new primary")
-    assert published() == in_database  # none the new primary lacks (synchronized_standby_slots)
+        assert conn.execute("select slot_name from pg_replication_slots "
+                            "where slot_type = 'logical'").fetchall() == []

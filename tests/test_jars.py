@@ -30,3 +30,17 @@ def test_java_major_reads_old_and_new_version_lines():
     assert jars.java_major('java version "1.8.0_412"') == 8
     assert jars.java_major('openjdk version "25" 2025-09-16') == 25
     assert jars.java_major("no version here") is None
+
+
+def test_the_stack_jvm_options_reach_the_broker_and_the_search_engine(tmp_path, monkeypatch):
+    from compose.kafka import KafkaNode
+    from compose.search_engine import SearchEngineNode
+
+    monkeypatch.setenv(jars.JVM_OPTIONS_ENV, "-XX:TieredStopAtLevel=1  -Xss1m")
+    broker = KafkaNode(tmp_path / "k", 1, 2, "c").argv("java", "cp")
+    engine = SearchEngineNode(tmp_path / "s", 3).argv("java", "cp")
+    for argv in (broker, engine):
+        assert argv[0] == "java" and argv.count("-XX:TieredStopAtLevel=1") == 1
+        assert argv.index("-Xss1m") < argv.index("-cp")  # JVM options, before the class path
+    monkeypatch.delenv(jars.JVM_OPTIONS_ENV)
+    assert "-XX:TieredStopAtLevel=1" not in KafkaNode(tmp_path / "k", 1, 2, "c").argv("java", "cp")

@@ -306,3 +306,25 @@ def test_commit_markers_of_transactional_writers_do_not_hold_caught_up_back(stac
     materializer.run_until_caught_up(timeout=30)
     assert ids(sink) == {0: "t", 1: "t", 2: "t"}
     assert materializer.lag() == {(topic.name, 0): 0, (topic.truncates, 0): 0}
+
+
+def test_a_kafka_transaction_still_open_is_not_there_yet(stack):
+    """The log's end a loop reads is the last stable offset: a Kafka transaction still open (a
+    streamed transaction the capture publishes, a translator's batch) is not read in part, nor
+    waited for, nor passed over; once committed it is read whole."""
+    topic = Topic(stack)
+    producer = Producer({"bootstrap.servers": stack.kafka, "transactional.id": topic.prefix})
+    producer.init_transactions(30)
+    for i, v in enumerate("ab"):  # the first committed, the second left open
+        producer.begin_transaction()
+        producer.produce(topic.name, key=topic.key({"id": i}), value=topic.value({"id": i, "v": v}))
+        if i == 0:
+            producer.commit_transaction(30)
+    producer.flush(30)  # written, not committed
+    sink = MemorySink()
+    materializer = topic.materializer(sink)
+    materializer.run_until_caught_up(timeout=30)
+    assert ids(sink) == {0: "a"}
+    producer.commit_transaction(30)
+    topic.materializer(sink).run_until_caught_up(timeout=30)  # resumes where the sink stands
+    assert ids(sink) == {0: "a", 1: "b"}

@@ -268,8 +268,8 @@ def test_two_translator_instances_share_the_partitions_and_one_killed_loses_and_
         procs["t2"].send_signal(signal.SIGKILL)  # mid-transaction, most likely (slow batches)
         procs["t2"].wait(10)
         # t2's session expires (10 s), then its open transaction is aborted (TRANSACTION_TIMEOUT,
-        # and up to the broker's 10 s check of timed-out ones) before t1 restores the state of
-        # t2's partitions
+        # and up to the broker's check of timed-out ones, every second in tests: TEST_BROKER)
+        # before t1 restores the state of t2's partitions
         wait_for(lambda: _took_over(logs["t1"], orders), 150,
                  "t1 to take over t2's partitions")
         procs["t3"] = _translator(stack, prefix, group, logs["t3"])

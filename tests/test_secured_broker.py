@@ -66,6 +66,7 @@ ACLS: dict[str, list[tuple]] = {
     ],
     "capture": [
         (TOPIC, f"{PREFIX}.", PREFIXED, [Op.CREATE, Op.READ, Op.WRITE, Op.DELETE]),
+        (TXN, f"{PREFIX}.bottler-capture-", PREFIXED, [Op.WRITE]),  # streamed transactions
         READERS,
     ],
     "replica": [
@@ -222,6 +223,7 @@ def test_every_process_works_through_sasl_ssl_and_acls(estate, source, tmp_path)
     text = log.read_text()
     assert not any(p in text for p in estate.passwords)
     assert "Traceback" not in text, text
+    assert "not streamed" not in text, text  # its Kafka transactions are granted
 
     # retired by its own principal: its topics, subjects, slot and publication go
     shown = ok(run(estate, "retire", "-s", slot, "-p", PREFIX, "--yes",
@@ -330,6 +332,13 @@ def test_a_capture_refused_a_topic_leaves_nothing_behind(estate, source):
     assert topics(estate) == before
     assert rows(source, "select slot_name from pg_replication_slots") == []
     assert rows(source, "select pubname from pg_publication") == []
+    # nor its Kafka transactions: refused before anything is made when they are asked for
+    proc = run(estate, "capture", "-s", "limited", "-p", "limited", "--config", str(config),
+               "--stream-large-transactions", "on")
+    assert_clear_error(proc, "does not allow user limited to WRITE transactional id "
+                       "limited.bottler-capture-limited", secrets=estate.passwords)
+    assert topics(estate) == before
+    assert rows(source, "select slot_name from pg_replication_slots") == []
 
 
 def test_a_view_refused_its_group_says_so(estate, source):

@@ -36,7 +36,10 @@ def processes_mentioning(text: str) -> list[int]:
     return found
 
 
-def test_up_is_idempotent_and_down_leaves_nothing_running(root):
+def test_a_stacks_life_up_twice_down_up_over_stale_pid_files_and_reset(root):
+    """One stack through a user's commands (each stack start costs a JVM or two, so one life):
+    `up` twice (idempotent), `status`, `down` (nothing left running), `up` over stale PID files,
+    and `reset` of the running stack (nothing left at all)."""
     ports = free_ports()
     first = in_stack("stack", "up", root=root, ports=ports)
     assert first.returncode == 0, first.stderr
@@ -57,20 +60,19 @@ def test_up_is_idempotent_and_down_leaves_nothing_running(root):
     assert processes_mentioning(str(root)) == []
     assert in_stack("stack", "status", root=root).returncode == 1
 
-
-def test_stale_pid_files_are_ignored(root):
-    stack = Stack(root, free_ports())
-    stack.up()
-    stack.down()
-    # PIDs that are alive but belong to someone else, and a postmaster.pid of a dead process.
+    # PIDs that are alive but belong to someone else, and a postmaster.pid of a dead process
+    stack = Stack(root)
     (root / "run" / "broker.pid").write_text(f"{os.getpid()}\n")
     (root / "run" / "registry.pid").write_text("not a pid\n")
     (root / "pg" / "data" / "postmaster.pid").write_text("999999\n")
     assert set(stack.status().values()) == {None}
-    outcome = stack.up()
-    assert set(outcome.values()) == {"started"}
+    assert set(stack.up().values()) == {"started"}
     assert all(stack.status().values())
-    stack.down()
+
+    reset = in_stack("stack", "reset", "--yes", root=root)
+    assert reset.returncode == 0, reset.stderr
+    assert not root.exists()
+    assert processes_mentioning(str(root)) == []
 
 
 def test_a_taken_port_is_named(root):
@@ -131,12 +133,3 @@ def test_a_cluster_of_another_major_is_refused_and_an_unknown_major_named(root):
     assert unknown.returncode == 2
     assert "PostgreSQL 11's server binaries were not found" in unknown.stderr
     assert "Traceback" not in unknown.stderr
-
-
-def test_reset_removes_everything(root):
-    stack = Stack(root, free_ports())
-    stack.up()
-    result = in_stack("stack", "reset", "--yes", root=root)
-    assert result.returncode == 0, result.stderr
-    assert not root.exists()
-    assert processes_mentioning(str(root)) == []

@@ -68,6 +68,7 @@ def test_a_table_path_that_is_not_a_bottler_table_is_refused_untouched(stack, ca
     else:
         first = load(stack, warehouse, captured_items)
         assert first.returncode == 0, first.stdout + first.stderr
+        assert "Spark started" in first.stderr  # the line a refusal before Spark never shows
         log = sorted((table / "_delta_log").glob("*.json"))[0]
         log.write_bytes(b"\x00\xffnot json{")
         expected = ("cannot be read", "repair its _delta_log, or move the directory away")
@@ -75,4 +76,5 @@ def test_a_table_path_that_is_not_a_bottler_table_is_refused_untouched(stack, ca
     proc = load(stack, warehouse, captured_items)
     assert_clear_error(proc, str(table), *expected)
     assert "panicked" not in proc.stderr and "at org.apache" not in proc.stderr, proc.stderr
+    assert "Spark started" not in proc.stderr  # refused before Spark's start (preflight.py)
     assert snapshot_of(table.parent) == before  # the user's files as they were, nothing added

@@ -153,3 +153,4 @@ def test_the_client_properties_reach_the_java_client():
         'password="p\\"w";')
     assert options["kafka.ssl.truststore.type"] == "PEM"
     assert options["kafka.ssl.truststore.location"] == "/ca.pem"
+    assert options["kafka.isolation.level"] == "read_committed"  # the Java client's is not

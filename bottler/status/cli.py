@@ -34,6 +34,9 @@ class StatusSettings(KafkaSettings):
     metrics: Annotated[list[str], Flag(
         "--metrics", "-m", help="An app's Prometheus endpoint, as name=URL or URL (repeatable; "
         "space-separated in the variable)", shown="the stack's apps")] = []
+    standby: Annotated[list[str], Flag(
+        "--standby", help="A physical standby's DSN (repeatable): shows what it lacks to take "
+        "over the capture's failover slots (PostgreSQL 17+)")] = []
     once: Annotated[bool, Flag("--once", help="Print one snapshot and exit (also when not on a "
                                "terminal); exits 1 when something is down.")] = False
     interval: Annotated[float, Flag(
@@ -58,6 +61,7 @@ def status(s: StatusSettings) -> None:
         target = explicit_target(s)
     else:
         target = stack_target(s.dir)
+    target.standbys = s.standby
     watcher = Watcher(target)
     try:
         if s.once or not sys.stdout.isatty():

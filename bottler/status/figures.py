@@ -113,6 +113,7 @@ class Snapshot:
     title: str
     slots: list[Slot] | None = None  # None: no source database to ask
     slots_error: str | None = None
+    failover: list[str] = field(default_factory=list)  # what a failover would meet, one a line
     topics: list[Topic] | None = None  # None: no broker to ask
     topics_error: str | None = None
     instances: list[Instance] | None = None  # views sharing a consumer group (--join-group)

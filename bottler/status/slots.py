@@ -35,19 +35,33 @@ class SlotReader:
 
     def read(self) -> list[Slot]:
         """The slots; raises :class:`Unavailable` with a redacted reason."""
+        has_failover = self.connection().info.server_version >= 170000
+        return [Slot(*row) for row in self.query(
+            SLOTS.format(failover=FAILOVER_COLUMNS[has_failover]))]
+
+    def connection(self) -> psycopg.Connection:
+        """The kept connection (opened again if it was lost)."""
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = psycopg.connect(
                     self.dsn, autocommit=True, connect_timeout=max(1, round(self.timeout)),
                     application_name="bottler status")
-            has_failover = self._conn.info.server_version >= 170000
-            rows = self._conn.execute(
-                SLOTS.format(failover=FAILOVER_COLUMNS[has_failover])).fetchall()
+            return self._conn
         except psycopg.Error as exc:
-            self.close()
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise Unavailable(f"PostgreSQL at {redact(self.dsn)}: {redact(first)}") from None
-        return [Slot(*row) for row in rows]
+            raise self._unavailable(exc) from None
+
+    def query(self, sql: str) -> list[tuple]:
+        """The rows of ``sql``; raises :class:`Unavailable` with a redacted reason."""
+        conn = self.connection()
+        try:
+            return conn.execute(sql).fetchall()
+        except psycopg.Error as exc:
+            raise self._unavailable(exc) from None
+
+    def _unavailable(self, exc: psycopg.Error) -> Unavailable:
+        self.close()
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return Unavailable(f"PostgreSQL at {redact(self.dsn)}: {redact(first)}")
 
     def close(self) -> None:
         if self._conn is not None:

@@ -31,6 +31,7 @@ def render(snap: Snapshot) -> RenderableType:
     parts = [header]
     if snap.slots is not None or snap.slots_error:
         parts.append(_slots(snap))
+    parts += [Text(f"failover: {line}", "yellow") for line in snap.failover]
     if snap.topics is not None or snap.topics_error:
         parts.append(_topics(snap))
     if snap.instances or snap.instances_error:

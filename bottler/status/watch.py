@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bottler.status.failover import problems
 from bottler.status.figures import App, Restarts, Snapshot, Unavailable
 from bottler.status.groups import GroupReader
 from bottler.status.scrape import scrape
@@ -27,6 +28,7 @@ class Target:
     stopped: Callable[[], dict[str, str]] = field(default=lambda: {})
     # And its supervisors, how often each one restarted its process, and why.
     restarts: Callable[[], dict[str, Restarts]] = field(default=lambda: {})
+    standbys: list[str] = field(default_factory=list)  # DSNs: their failover readiness
 
 
 def has_stack(root: Path) -> bool:
@@ -78,6 +80,7 @@ class Watcher:
         self.target = target
         self.timeout = timeout
         self.slots = SlotReader(target.postgres, timeout) if target.postgres else None
+        self.standbys = [SlotReader(dsn, timeout) for dsn in target.standbys]
         self.topics = TopicReader(target.broker, timeout) if target.broker else None
         self.groups = GroupReader(target.broker, timeout) if target.broker else None
 
@@ -88,6 +91,7 @@ class Watcher:
                 snap.slots = self.slots.read()
             except Unavailable as exc:
                 snap.slots_error = str(exc)
+        snap.failover = problems(self.slots, self.standbys)
         if self.topics is not None:
             try:
                 snap.topics = self.topics.read()
@@ -110,5 +114,6 @@ class Watcher:
         return snap
 
     def close(self) -> None:
-        if self.slots is not None:
-            self.slots.close()
+        for reader in [self.slots, *self.standbys]:
+            if reader is not None:
+                reader.close()

@@ -6,10 +6,13 @@ more WAL may be written before PostgreSQL invalidates the slot, under max_slot_w
 and `wal_status` every few seconds, exports them, and warns past the thresholds.
 
 An invalidated slot (`wal_status = lost`) cannot stream again: the changes since its confirmed
-position are gone from the server. The recovery (--recover-lost-slot) voids what the table
-topics hold with a truncate event per table (every view drops the table's rows as of that
-point, docs/capture.md#topics), drops the slot and starts over: a new slot and a snapshot of every
-table. The views then end equal to the source, deletes made while the slot was lost included.
+position are gone from the server. So are they when the server has no slot of that name while
+the capture's progress records say it streamed from one: a standby promoted without a
+synchronized copy of the failover slot, or the slot dropped by hand (a gone slot). The
+recovery (--recover-lost-slot) voids what the table topics hold with a truncate event per table
+(every view drops the table's rows as of that point, docs/capture.md#topics), drops a lost slot
+and starts over: a new slot and a snapshot of every table. The views then end equal to the
+source, deletes made while the slot was lost included.
 """
 
 from __future__ import annotations
@@ -27,12 +30,14 @@ from capture.health import metrics
 from capture.publish.control import ControlEvents
 from capture.settings import CaptureSettings
 from capture.setup import topics
+from capture.setup.state import CaptureState
 from capture.source.database import SourceTable
 from capture.source.messages import unix_micros_to_pg_time
-from capture.source.slot import drop_slot
+from capture.source.slot import drop_slot, slot_exists
 from common.errors import BottlerError
 from common.lsn import Lsn
 from common.pg import WAL_POSITION
+from schemas import progress as progress_records
 from schemas.topics import table_topic
 
 log = logging.getLogger(__name__)
@@ -41,6 +46,7 @@ CHECK_INTERVAL = 10.0  # seconds between looks at the slot
 WARN_EVERY = 600.0  # seconds between repeated warnings while a threshold stays crossed
 MIB = 1024 * 1024
 DOC = "docs/operations.md#slot-safety"
+GONE_DOC = "docs/operations.md#high-availability"  # a slot missing after a failover
 WAL_STATUSES = ("reserved", "extended", "unreserved", "lost")
 
 QUERY = f"""
@@ -173,6 +179,33 @@ def lost_slot_error(slot: str) -> BottlerError:
     )
 
 
+def gone_slot_error(conn: psycopg.Connection, slot: str) -> BottlerError:
+    where = f"{conn.info.host}:{conn.info.port}"
+    return BottlerError(
+        f"replication slot {slot} is missing on the server the capture reached ({where}), but "
+        "the capture streamed from it before (its progress records say so): likely a standby "
+        "promoted without a synchronized copy of the failover slot, or the slot was dropped; "
+        "the changes since its last confirmed position are out of reach",
+        "if this is the server to capture from, run the capture again with --recover-lost-slot "
+        "and your other options: it resets every table's topic and snapshots it again, so the "
+        f"views end equal to the source; else point --postgres at the server with the slot; see "
+        f"{GONE_DOC}",
+    )
+
+
+def is_gone(conn: psycopg.Connection, slot: str, progress: CaptureState,
+            admin: AdminClient) -> bool:
+    """The server has no slot ``slot``, and the progress records say the capture made it (its
+    snapshot planned, complete or skipped): it streamed before. A first start has no such
+    record (nor, often, a progress topic)."""
+    if conn.execute("select 1 from pg_replication_slots where slot_name = %s",
+                    (slot,)).fetchone():
+        return False
+    if progress.topic not in admin.list_topics(timeout=10).topics:  # never one by name
+        return False
+    return progress_records.slot_and_topics_made(progress.read(slot) or {})
+
+
 def is_lost(conn: psycopg.Connection, slot: str) -> bool:
     row = conn.execute("select wal_status from pg_replication_slots where slot_name = %s",
                        (slot,)).fetchone()
@@ -198,9 +231,9 @@ def lost_while_streaming(dsn: str, slot: str, exc: BaseException) -> bool:
 def recover(s: CaptureSettings, admin: AdminClient, control: ControlEvents,
             published: list[SourceTable]) -> None:
     """Void what each published table's topic holds (a truncate event, which every view
-    applies), then drop the lost slot; the start that follows makes a new slot and snapshots
-    every table. In this order a crash in between is harmless: until the slot is dropped, the
-    next run recovers again."""
+    applies), then drop the lost slot (a gone one has nothing to drop); the start that follows
+    makes a new slot and snapshots every table. In this order a crash in between is harmless:
+    until the new slot is made, the next run recovers again."""
     from capture.publish.publisher import Publisher
 
     topics.ensure_topics(admin, [], [control.truncate_topic],
@@ -219,9 +252,10 @@ def recover(s: CaptureSettings, admin: AdminClient, control: ControlEvents,
         voided.append(table.qualified)
     publisher.flush()
     log.warning("slot %s was lost: voided the topics of %d tables (%s) with truncate events; "
-                "dropping the slot, then a new one and a snapshot of every table", s.slot,
-                len(voided), ", ".join(voided) or "none")
-    drop_slot(s.postgres, s.slot)
+                "then a new slot and a snapshot of every table", s.slot, len(voided),
+                ", ".join(voided) or "none")
+    if slot_exists(s.postgres, s.slot):  # invalidated; a gone slot has nothing to drop
+        drop_slot(s.postgres, s.slot)
 
 
 def _current_lsn(dsn: str) -> int:

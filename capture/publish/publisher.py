@@ -4,6 +4,8 @@ confirmed to PostgreSQL (see acks.py)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
@@ -12,6 +14,7 @@ from capture.publish.dead_letters import ErrorPolicy, OnError
 from capture.publish.errors import RESUME, DataError, producer_failed
 from capture.publish.producer_config import BASE_CONFIG
 from capture.publish.row import Row
+from capture.publish.transactional import KafkaTransactions
 from common.errors import BottlerError
 from common.kafka import client_config
 from common.logs import RateLimited
@@ -43,6 +46,7 @@ class Publisher:
         config = {**BASE_CONFIG, **(extra_config or {})}
         self._producer = Producer(client_config(bootstrap, **config, **untracked,
                                                 error_cb=self._client_error))
+        self._transactions: KafkaTransactions | None = None  # see transactional()
         # A message at most this large shares its batch with others, which together stay under
         # the batch size (and so under the topics' limit, see producer_config): only a larger
         # one can be refused for its size, so only for those is the row's text kept until Kafka
@@ -83,6 +87,29 @@ class Publisher:
                                        RESUME) from None
                 self.data_error(_too_large(topic, row, batch, key, value))
                 return
+
+    def transactional(self, transactions: KafkaTransactions) -> None:
+        """Make ``atomically`` available, through ``transactions``' producer."""
+        self._transactions = transactions
+
+    @contextmanager
+    def atomically(self) -> Iterator[None]:
+        """What is sent inside reaches ``read_committed`` readers whole once the block ends, or
+        never: it goes out in one Kafka transaction. A key's order holds across the two
+        producers: what was sent before is acknowledged first, and nothing else is sent until
+        the block ends (the stream is serial)."""
+        transactions = self._transactions
+        self.flush()
+        transactions.begin()
+        ordinary, self._producer = self._producer, transactions.producer
+        try:
+            yield
+            transactions.commit()  # flushes first: every delivery callback has run after it
+        except BaseException:
+            transactions.abort()
+            raise
+        finally:
+            self._producer = ordinary
 
     def poll(self, timeout: float = 0) -> None:
         self._serve(self._producer.poll, timeout)

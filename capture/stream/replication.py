@@ -12,6 +12,7 @@ from pathlib import Path
 import psycopg2
 
 from capture.health import slot_safety
+from capture.publish.transactional import KafkaTransactions
 from capture.source.slot import replication_connect
 from capture.stream.spool import Spool
 from common.errors import BottlerError
@@ -32,8 +33,9 @@ class StreamOptions:
     chunk_rows: int = 10_000  # rows per chunk of an incremental snapshot
     # Stream large transactions while they run (pgoutput protocol 2+, where the server has it),
     # staged until they commit (capture/stream/spool.py) in the directory it gives for the
-    # server's system identifier; None: protocol 1, each transaction sent by the server at its
-    # commit.
+    # server's system identifier, then published in one Kafka transaction (made
+    # by streaming_wanted); None: protocol 1, each
+    # transaction sent by the server at its commit.
     spool_dir: Callable[[str], Path] | None = None
     generated: bool = False  # the publications publish stored generated columns (18+)
     primary: str | None = None  # a standby source's primary, where watermarks are written
@@ -90,6 +92,31 @@ def broken_off(options: StreamOptions, exc: Exception) -> BottlerError:
         "the server may be restarting or gone: run the capture again once it is up; it "
         "resumes from the slot's confirmed position, nothing is lost",
     )
+
+
+def streaming_wanted(server_version: int, asked: str,
+                     transactions: Callable[[], KafkaTransactions]) -> KafkaTransactions | None:
+    """The Kafka transactions streamed transactions are published in, made by
+    ``transactions()``, if large transactions are to be streamed (--stream-large-transactions):
+    ``off``: None; ``on``: or one clear line where the server cannot stream or the broker
+    refuses the capture's Kafka transactions; ``auto``: where both can, else None (protocol 1,
+    as before, said once)."""
+    if asked == "off":
+        return None
+    if streaming_protocol(server_version) is None:
+        if asked == "auto":
+            return None
+        raise BottlerError(
+            "streaming large transactions needs PostgreSQL 14 or newer; the source runs "
+            f"{server_version // 10000}", "set --stream-large-transactions to auto or off")
+    try:
+        return transactions()
+    except BottlerError as exc:
+        if asked == "on":
+            raise
+        log.warning("large transactions are not streamed (pgoutput protocol 1: the source "
+                    "spills them to its disk): %s", exc.message)
+        return None
 
 
 def streaming_protocol(server_version: int) -> int | None:

@@ -67,11 +67,11 @@ class Streamer:
 
     def run(self, stop: threading.Event) -> None:
         replication = Replication(self.options)
-        if replication.spool is not None:
-            self.streamed = Streamed(replication.spool)
         self.feedback = Feedback(replication.cursor, self.tracker, self.positions,
                                  self.incremental.confirmed)
         try:
+            if replication.spool is not None:
+                self.streamed = Streamed(replication.spool)
             self.incremental.load()
             self._loop(replication, stop)
             self.publisher.flush()
@@ -164,14 +164,16 @@ class Streamer:
 
     def _stream_commit(self, m: messages.StreamCommit) -> None:
         """The staged transaction, replayed as the ordinary transaction it is, at its commit's
-        place in the stream: published, and confirmed behind Kafka's acknowledgements."""
-        self.handle(messages.Begin(m.lsn, m.commit_time, m.xid))
-        for n, (lsn, message) in enumerate(self.streamed.replay(m), 1):
-            self.positions.received = lsn
-            self.handle(message)
-            if n % FEEDBACK_EVERY == 0:
-                self.publisher.poll(0)
-                self.feedback.keepalive()
+        place in the stream, inside one Kafka transaction (read_committed readers see all of it
+        or nothing); confirmed once that committed, behind Kafka's acknowledgements."""
+        with self.publisher.atomically():
+            self.handle(messages.Begin(m.lsn, m.commit_time, m.xid))
+            for n, (lsn, message) in enumerate(self.streamed.replay(m), 1):
+                self.positions.received = lsn
+                self.handle(message)
+                if n % FEEDBACK_EVERY == 0:
+                    self.publisher.poll(0)
+                    self.feedback.keepalive()
         self.positions.received = m.lsn
         self.handle(messages.Commit(m.flags, m.lsn, m.end_lsn, m.commit_time))
         self.streamed.committed()

@@ -33,6 +33,9 @@ def consumer_config(bootstrap: Connection, group_id: str, *, join_group: bool = 
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
         "enable.partition.eof": False,
+        # librdkafka's default, said: a Kafka transaction (a streamed transaction's rows, a
+        # translator's batch) is seen whole once committed, never in part, never if aborted
+        "isolation.level": "read_committed",
         **(ours or {}),
         **(GROUP_SETTINGS if join_group else {}),
         **({"group.instance.id": instance_id} if join_group and instance_id else {}),

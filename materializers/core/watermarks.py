@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Iterable
 
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
@@ -24,7 +24,11 @@ from materializers.core.changes import TopicPartition
 log = logging.getLogger(__name__)
 
 Watermarks = dict[TopicPartition, tuple[int, int]]
-"""``(topic, partition) -> (low, high)``: the log's first offset and the offset after its end."""
+"""``(topic, partition) -> (low, high)``: the log's first offset and the offset after its end as
+a read_committed reader sees it (the last stable offset: where the oldest Kafka transaction still
+open begins, else the log's end). Every reader of bottler's topics reads committed data only
+(the capture publishes a streamed transaction in one Kafka transaction, a translator each
+batch): a transaction still open is not there yet, so nothing moves past it."""
 
 
 class Reader:
@@ -62,7 +66,8 @@ def read(reader: Reader, partitions: Iterable[TopicPartition], name: str,
         return {}
     admin = reader.admin
     try:
-        requests = [admin.list_offsets({tp: spec for tp in asked}, request_timeout=10)
+        requests = [admin.list_offsets({tp: spec for tp in asked}, request_timeout=10,
+                                       isolation_level=IsolationLevel.READ_COMMITTED)
                     for spec in (OffsetSpec.earliest(), OffsetSpec.latest())]
     except KafkaException as exc:
         log.warning("%s: watermarks unknown for now: %s", name, exc.args[0].str())

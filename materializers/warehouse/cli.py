@@ -62,12 +62,18 @@ class WarehouseSettings(options.ViewSettings, MetricsSettings):
 def materialize_warehouse(s: WarehouseSettings) -> None:
     """Merge the table topics into Delta Lake tables with PySpark."""
     from materializers.warehouse import jvm
-    from materializers.warehouse.job import WarehouseJob, spark_session
+    from materializers.warehouse.job import WarehouseJob, prefix_root, spark_session
+    from materializers.warehouse.preflight import check_table_paths
 
     path = s.path
     _writable(path)  # before Spark takes its seconds to start
     s.check_clients()
     options.serve_metrics(s.metrics_port, s.metrics_host)
+
+    # a table path that is not free for bottler's table: refused before Spark's start too
+    owned = check_table_paths(prefix_root(path, s.topic_prefix), bootstrap=s.kafka,
+                              registry=s.schema_registry, prefix=s.topic_prefix,
+                              topics=s.topics or None)
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
     started = time.monotonic()
@@ -78,17 +84,16 @@ def materialize_warehouse(s: WarehouseSettings) -> None:
         return
     log.info("warehouse: Spark started in %.1f s", time.monotonic() - started)
     if s.route == "spark":
-        from materializers.warehouse.job import prefix_root
         from materializers.warehouse.native import SparkRoute
 
         job = SparkRoute(spark, prefix_root(path, s.topic_prefix), bootstrap=s.kafka,
                          registry=s.schema_registry, prefix=s.topic_prefix,
                          topics=s.topics or None, on_poison=s.on_poison,
-                         max_messages=s.max_messages)
+                         max_messages=s.max_messages, owned=owned)
     else:
         job = WarehouseJob(spark, str(path), bootstrap=s.kafka, registry=s.schema_registry,
                            prefix=s.topic_prefix, topics=s.topics or None,
-                           on_poison=s.on_poison, max_messages=s.max_messages)
+                           on_poison=s.on_poison, max_messages=s.max_messages, owned=owned)
     try:
         if s.once:
             total = job.run_until_caught_up()

@@ -152,13 +152,15 @@ class BatchResult:
 class WarehouseJob:
     """Loads the table topics into Delta tables under ``path`` (see the module docstring), with
     ``writer`` (default: :func:`writer_for` the session); ``sink`` replaces the Delta tables
-    (the core's behaviour tests run the job into the reference MemorySink)."""
+    (the core's behaviour tests run the job into the reference MemorySink); ``owned``: the
+    reader of the capture's topic ownership, when the caller has one already (preflight.py)."""
 
     def __init__(self, spark: Any, path: str, *, bootstrap: Connection, registry: Registry,
                  prefix: str = "", topics: Iterable[str] | None = None,
                  on_poison: str = "dead-letter", max_messages: int = 1_000_000,
                  chunk: int = 200_000, name: str = "warehouse",
-                 writer: DeltaWriter | None = None, sink: Sink | None = None):
+                 writer: DeltaWriter | None = None, sink: Sink | None = None,
+                 owned: OwnedTopics | None = None):
         self.dead_letters = DeadLetters(on_poison, name=name, bootstrap=bootstrap,
                                         topic=with_prefix(prefix, DEAD_LETTER))
         self.spark = spark
@@ -173,7 +175,8 @@ class WarehouseJob:
         self.truncate_topic = with_prefix(prefix, TRUNCATE)
         self.dead_letter_topic = self.dead_letters.topic
         # without --topic: the table topics the capture records as its own
-        self._owned = OwnedTopics(bootstrap, prefix, name) if self.topics is None else None
+        self._owned = owned or (OwnedTopics(bootstrap, prefix, name) if self.topics is None
+                                else None)
         self._is_table_topic = self._owned or table_topics(prefix, self.topics)
         self.decoder = decoder(registry)
         self._consumer = Consumer(reader_config(bootstrap, "warehouse-planner"))

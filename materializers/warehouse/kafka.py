@@ -39,6 +39,9 @@ def java_properties(connection: Connection) -> dict[str, str]:
         out["ssl.endpoint.identification.algorithm"] = ""
     for name, value in props.items():
         out.setdefault(name, str(value))
+    # The Java client reads uncommitted data by default: a Kafka transaction (a streamed
+    # transaction of the capture, a translator's batch) is read whole once committed, or never.
+    out.setdefault("isolation.level", "read_committed")
     return {f"kafka.{k}": v for k, v in out.items()}
 
 

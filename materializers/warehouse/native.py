@@ -79,7 +79,8 @@ class SparkRoute:
     def __init__(self, spark: Any, root: Path, *, bootstrap: Connection, registry: Registry,
                  prefix: str = "", topics: Iterable[str] | None = None,
                  on_poison: str = "dead-letter", max_messages: int = 1_000_000,
-                 name: str = "warehouse"):
+                 name: str = "warehouse",
+                 owned: OwnedTopics | None = None):
         self.spark, self.root = spark, Path(root)
         self.bootstrap, self.registry = bootstrap, registry
         self.client = registry_client(registry)
@@ -89,7 +90,8 @@ class SparkRoute:
         self.truncate_topic = with_prefix(prefix, TRUNCATE)
         self.dead_letters = DeadLetters(on_poison, name=name, bootstrap=bootstrap,
                                         topic=with_prefix(prefix, DEAD_LETTER))
-        self._owned = OwnedTopics(bootstrap, prefix, name) if self.topics is None else None
+        self._owned = owned or (OwnedTopics(bootstrap, prefix, name) if self.topics is None
+                                else None)
         self._is_table_topic = self._owned or table_topics(prefix, self.topics)
         self.sink = DeltaSink(self.root)  # the offsets the tables recorded, their owners
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from compose.stack import isolated_stack
 from tests.bench import ceilings, data, pyspy
 from tests.bench.kafka import delete_topics, expect_messages
+from tests.bench.large_transactions import large_transactions
 from tests.bench.latency import latency
 from tests.bench.migration import migration
 from tests.bench.procs import SNAPSHOT_DONE, CaptureProcess, running
@@ -45,6 +46,7 @@ LATENCY_RATE = 5_000  # single-row insert commits per second during the latency 
 LATENCY_SECONDS = 10
 SNAPSHOT_WORKERS = (2, 1)
 RSS_TARGET_MB = 300
+LARGE_FACTOR = 5  # the large transaction's UPDATE covers this many times --rows rows
 SCALING = (10_000, 100_000)  # the smaller sizes of the scaling series; ROWS is the largest
 REPORT = Path(__file__).resolve().parents[2] / "bench-report"
 
@@ -84,6 +86,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--peers", action="store_true",
                         help="bottler against Debezium instead (tests/bench/peers.py; its own "
                              "options follow, see python -m tests.bench.peers --help)")
+    parser.add_argument("--large-transactions-only", action="store_true",
+                        help=f"only the large transaction's figures: a {LARGE_FACTOR} × --rows "
+                             "row UPDATE in one transaction, protocol 1 and streamed")
     parser.add_argument("--migration-only", action="store_true",
                         help="only the migration figures: the initial copy against pg_dump | "
                              "psql, the cutover's downtime, the verify rate")
@@ -101,8 +106,9 @@ def main(argv: list[str] | None = None) -> None:
                      "broker": stack.broker.running_pid(),
                      "search engine": stack.search_engine.running_pid()}
 
-        say(f"filling {SNAPSHOT_TABLE} with {rows:,} rows (no slot exists yet)")
-        _snapshot_table(ep.pg_dsn, SNAPSHOT_TABLE, rows)
+        if not args.large_transactions_only:
+            say(f"filling {SNAPSHOT_TABLE} with {rows:,} rows (no slot exists yet)")
+            _snapshot_table(ep.pg_dsn, SNAPSHOT_TABLE, rows)
 
         if args.replica_only:
             figures += _replica(ep, env, SNAPSHOT_TABLE, rows, cpu_roots, args.profile)
@@ -110,8 +116,11 @@ def main(argv: list[str] | None = None) -> None:
             figures += warehouse_load(ep, env, SNAPSHOT_TABLE, say=say)
         elif args.migration_only:
             figures += migration(ep.pg_dsn, ep.kafka, env, SNAPSHOT_TABLE, rows, cpu_roots)
+        elif args.large_transactions_only:
+            figures += large_transactions(ep.pg_dsn, ep.kafka, env, LARGE_FACTOR * rows, say)
         else:
             figures += _capture(ep, env, rows, cpu_roots, args.profile)
+            figures += large_transactions(ep.pg_dsn, ep.kafka, env, LARGE_FACTOR * rows, say)
             figures += _search(ep, env, SNAPSHOT_TABLE, rows, cpu_roots)
             figures += migration(ep.pg_dsn, ep.kafka, env, SNAPSHOT_TABLE, rows, cpu_roots)
             # last on this table: its lag run inserts more rows into it
@@ -123,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
                 scaling += _scale(ep, env, size, cpu_roots)
             say("broker ceiling")
             figures.append(ceilings.broker_produce(ep.kafka, cpu_roots["broker"]))
-    if not (args.replica_only or args.migration_only):
+    if not (args.replica_only or args.migration_only or args.large_transactions_only):
         say(f"warehouse: MERGE of {rows // 10:,} changes into a {rows:,}-row Delta table")
         figures += warehouse(rows, rows // 10, say=say)
         figures += warehouse_rss(rows, say=say)

@@ -35,7 +35,7 @@ SEED = int(os.environ.get("BOTTLER_FAULT_SEED", str(random.randrange(10**6))))
 # kill -9s of the broker under load (`make test-faults` asks for more); nothing acknowledged
 # may be lost: Kafka's log is on disk (the page cache) before it acknowledges
 BROKER_KILLS = int(os.environ.get("BOTTLER_FAULT_BROKER_KILLS", "2"))
-APPS = ("capture", "replica", "warehouse", "translator")
+APPS = ("capture", "replica", "search", "warehouse", "translator")
 SHOP_TOPICS = ["customers", "products", "orders", "order_items"]
 CONVERGE_SECONDS = 180
 LOGS = Path(os.environ.get("BOTTLER_FAULT_LOGS", tempfile.gettempdir())) / f"bottler-faults-{SEED}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 import psycopg
 
@@ -93,6 +94,41 @@ def warehouse(stack: Stack) -> ViewCheck:
     return compare("warehouse", {t: source_rows(stack, t) for t in SHOP}, actual)
 
 
+# The tables the stack's search view indexes (compose/services.py `search`).
+SEARCHED = ("products", "orders")
+
+
+def search(stack: Stack) -> ViewCheck:
+    """The documents the search alias ``shop`` serves (refreshed first), against the source's
+    rows: exactly, a decimal read back from the JSON number the view writes with its digits."""
+    import httpx
+
+    from materializers.search.documents import TABLE_FIELD
+
+    url = stack.endpoints.search
+    httpx.post(f"{url}/shop/_refresh", timeout=60).raise_for_status()
+    actual: dict[str, dict] = {}
+    for doc in _documents(url, "shop"):
+        table = doc[TABLE_FIELD].rsplit(".", 1)[-1]
+        key, cols = SHOP[table]
+        actual.setdefault(table, {})[tuple(doc[c] for c in key)] = tuple(
+            Decimal(repr(v)) if isinstance(v, float) else v for c in cols
+            for v in [doc.get(c)])
+    return compare("search", {t: source_rows(stack, t) for t in SEARCHED}, actual)
+
+
+def _documents(url: str, alias: str):
+    """Every document's source, through a scroll."""
+    import httpx
+
+    answer = httpx.post(f"{url}/{alias}/_search", params={"scroll": "1m"}, timeout=60,
+                        json={"size": 5000, "sort": ["_doc"]}).raise_for_status().json()
+    while hits := answer["hits"]["hits"]:
+        yield from (hit["_source"] for hit in hits)
+        answer = httpx.post(f"{url}/_search/scroll", timeout=60, json={
+            "scroll": "1m", "scroll_id": answer["_scroll_id"]}).raise_for_status().json()
+
+
 def translator(stack: Stack) -> ViewCheck:
     """The business events a read_committed consumer sees, order by order, against those the
     source's final order statuses imply: one of each, in order (a second one is 'different')."""
@@ -113,7 +149,7 @@ def translator(stack: Stack) -> ViewCheck:
 
 
 VIEWS: dict[str, Callable[[Stack], ViewCheck]] = {
-    "replica": replica, "warehouse": warehouse, "translator": translator}
+    "replica": replica, "search": search, "warehouse": warehouse, "translator": translator}
 
 
 def duplicates(stack: Stack, topics: list[str]) -> int:

@@ -108,3 +108,18 @@ def environment_holds(pid: int, needle: bytes) -> bool:
         return needle in Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
         return False
+
+
+def stack_processes(stack) -> set[int]:
+    """Every process of a running stack (compose/stack.py): those of its PID files, those
+    carrying its mark (compose/procs.py: inherited by whatever they start), and all their
+    descendants."""
+    from compose.procs import MARK
+
+    roots = {pid for pid in stack.status().values() if pid}
+    mark = f"@{stack.root}\0".encode()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and environment_holds(int(entry.name), f"{MARK}=".encode()) \
+                and environment_holds(int(entry.name), mark):
+            roots.add(int(entry.name))
+    return tree(roots)
