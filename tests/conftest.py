@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.matrix import PG_MATRIX
+
 pytest_plugins = [
     "tests.support.stack",
     "tests.support.databases",
@@ -33,14 +35,6 @@ SERVICE_FIXTURES = frozenset({"stack", "other_postgres", "spark", "spark_native"
 # What a pure test may not start: the services' programs, and a stack of the command line's.
 SERVICE_PROGRAMS = frozenset({"java", "postgres", "pg_ctl", "initdb", "spark-submit",
                               "spark-class", "kafka-server-start.sh", "opensearch"})
-
-
-# The PostgreSQL majors the version matrix runs (docs/capture.md): a test module marked
-# `pg_matrix` runs each of its tests once per major, on the session's stack (PostgreSQL of
-# $BOTTLER_TEST_PG_VERSION, default the first found) and on a server of its own for each other.
-# `make test` runs 15 and 18; $BOTTLER_TEST_PG_MATRIX names others (`make test-pg-matrix`: 15
-# to 18, 16 and 17 from PyPI's wheels, too long for every run).
-PG_MATRIX = tuple(os.environ.get("BOTTLER_TEST_PG_MATRIX", "15 18").split())
 
 
 def pytest_generate_tests(metafunc):

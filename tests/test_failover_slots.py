@@ -22,9 +22,9 @@ from bottler.status.slots import SlotReader
 from compose.postgres import PostgresCluster
 from compose.procs import free_port
 from compose.stack import new_stack_dir
-from tests.conftest import PG_MATRIX
 from tests.support.capture import capture_process
 from tests.support.cli import assert_clear_error, bottler
+from tests.support.matrix import PG_MATRIX
 from tests.support.replica import converge, replica
 from tests.support.topics import Decoder, read_topic
 from tests.support.waiting import wait_for, wait_streaming
