@@ -10,8 +10,8 @@ STACK_DIR ?= .stack
 STACK  ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo embedded)
 COMPOSE := docker compose -f compose/docker-compose.yml
 
-.PHONY: up down status test test-faults test-busy test-opensearch3 bench bench-peers lint deps \
-	system-deps jars
+.PHONY: up down status test test-faults test-busy test-opensearch3 test-pg-matrix bench \
+	bench-peers lint deps system-deps jars
 
 deps: system-deps $(STAMP) jars
 
@@ -59,6 +59,15 @@ TEST_WORKERS ?= 2
 test: deps
 	$(BIN)/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile \
 		--no-loadscope-reorder)
+
+# The version matrix's suites (the capture's, the replica's, the migration's and the cutover's:
+# tests marked pg_matrix) on every major there is a package of: 15 (Debian's), 16, 17 and 18
+# (PyPI's wheels, in the dev extra), and the failover slots' (pg18) on 17 and 18. `make test`
+# runs them on 15 and 18 only, within its 20 minutes. PG_MATRIX="15 17" runs those named.
+PG_MATRIX ?= 15 16 17 18
+test-pg-matrix: deps
+	BOTTLER_TEST_PG_MATRIX="$(PG_MATRIX)" $(BIN)/pytest -m "pg_matrix or pg18" \
+		$(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 # The fault suite alone, longer and harder than in `make test` (tests/faults/test_faults.py).
 test-faults: deps

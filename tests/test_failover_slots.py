@@ -1,9 +1,9 @@
-"""Failover slots (PostgreSQL 17+, here 18): the primary killed under a write load and its
-standby promoted, the capture (restarted as a supervisor would) resumes on the standby from the
-synchronized copy of its slot, and every row of the promoted server is in the table topic, none
-that it lacks, and in a replica fed from it; a promotion whose standby has no copy of the slot
-stops the capture in one line; `bottler status` names each setting a failover would miss
-(docs/operations.md, high availability)."""
+"""Failover slots (PostgreSQL 17+: 18, and 17 where the version matrix names it): the primary
+killed under a write load and its standby promoted, the capture (restarted as a supervisor
+would) resumes on the standby from the synchronized copy of its slot, and every row of the
+promoted server is in the table topic, none that it lacks, and in a replica fed from it; a
+promotion whose standby has no copy of the slot stops the capture in one line; `bottler status`
+names each setting a failover would miss (docs/operations.md, high availability)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from compose.procs import free_port
 from compose.stack import new_stack_dir
 from tests.support.capture import capture_process
 from tests.support.cli import assert_clear_error, bottler
+from tests.support.matrix import PG_MATRIX
 from tests.support.replica import converge, replica
 from tests.support.topics import Decoder, read_topic
 from tests.support.waiting import wait_for, wait_streaming
@@ -31,16 +32,19 @@ from tests.support.waiting import wait_for, wait_streaming
 pytestmark = pytest.mark.pg18  # failover slots: servers of its own, PostgreSQL 18
 
 DB = "shop"
+# Failover slots came with 17: its servers run 18, and 17 too where the version matrix names it
+# (make test-pg-matrix).
+MAJORS = ["17"] * ("17" in PG_MATRIX) + ["18"]
 
 
-@pytest.fixture
-def primary_and_standby(stack) -> Iterator[tuple[PostgresCluster, PostgresCluster]]:
+@pytest.fixture(params=MAJORS, ids=lambda major: f"pg{major}")
+def primary_and_standby(request, stack) -> Iterator[tuple[PostgresCluster, PostgresCluster]]:
     """A primary and its physical standby (slot sync on), the standby in the primary's
     synchronized_standby_slots, commits waiting for it (synchronous replication: what a
     primary acknowledged, the standby has)."""
     root = new_stack_dir()
-    primary = PostgresCluster(root / "primary", free_port(), stack.stack.password, "18")
-    standby = PostgresCluster(root / "standby", free_port(), stack.stack.password, "18")
+    primary = PostgresCluster(root / "primary", free_port(), stack.stack.password, request.param)
+    standby = PostgresCluster(root / "standby", free_port(), stack.stack.password, request.param)
     try:
         primary.init()
         primary.start(databases=(DB,))

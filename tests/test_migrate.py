@@ -11,10 +11,12 @@ import time
 import uuid
 from pathlib import Path
 
+import psycopg
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bottler.migrate import postdata
 from bottler.migrate.status import status
 from bottler.migrate.verify import DIFFERENT, EXTRA, MISSING, verify
 from schemas.topics import table_topic
@@ -311,3 +313,17 @@ def test_the_cutover_notes_each_generated_column_the_target_does_not_generate(pa
         notes[1]
     assert "public.g_missing.b is a generated column in the source and missing" in notes[0] + \
         notes[1]
+
+
+def test_post_data_leaves_out_a_setting_the_target_does_not_know(source):
+    """A pg_dump newer than the target dumps settings the target lacks (17's
+    transaction_timeout, for a target of 16): the rest of the post-data still applies."""
+    execute(source, "create table t (id int primary key, v int)")
+    dump = ("SET statement_timeout = 0;\nSET bottler_no_such_setting = 0;\n"
+            "SELECT pg_catalog.set_config('search_path', '', false);\n\n"
+            "--\n-- Name: t_v; Type: INDEX; Schema: public; Owner: postgres\n--\n\n"
+            "CREATE INDEX t_v ON public.t USING btree (v);\n")
+    with psycopg.connect(source, autocommit=True) as conn:
+        done = postdata.apply(conn, dump, progress=lambda line: None)
+    assert [(e.label, e.outcome) for e in done.entries] == [("INDEX public.t_v", "created")]
+    assert rows(source, "select indexname from pg_indexes where indexname = 't_v'") == [("t_v",)]

@@ -108,7 +108,7 @@ def test_corrupt_data_directory_gives_a_clear_error(root):
 
 def test_missing_postgres_binaries_say_how_to_install_them(root, monkeypatch, tmp_path):
     monkeypatch.setattr(postgres, "PG_LIB", tmp_path / "none")
-    monkeypatch.setattr(postgres, "wheel_bin_dir", lambda: None)  # nor the PyPI wheel's
+    monkeypatch.setattr(postgres, "wheel_bin_dirs", list)  # nor PyPI's wheels
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("BOTTLER_PG_BIN", raising=False)
     with pytest.raises(BottlerError) as info:

@@ -9,6 +9,7 @@ replication setup, not the application's: they are skipped.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import time
@@ -107,12 +108,22 @@ def parse(text: str) -> tuple[str, list[Entry]]:
     return preamble, entries
 
 
+def _settings(conn: psycopg.Connection, preamble: str) -> None:
+    """The dump's session settings, one by one: a setting the target does not know, from a
+    pg_dump newer than it (17's transaction_timeout, dumped for a target of 16), is left out;
+    the target could not have it anyway."""
+    for statement in re.split(r";\s*\n", preamble + "\n"):
+        if statement.strip():
+            # UndefinedObject: unrecognized configuration parameter
+            with contextlib.suppress(psycopg.errors.UndefinedObject):
+                conn.execute(statement)
+
+
 def apply(conn: psycopg.Connection, text: str, progress=print) -> PostData:
     """Apply the dump's objects to the target (an autocommit connection), foreign keys last."""
     started = time.monotonic()
     preamble, entries = parse(text)
-    if preamble:
-        conn.execute(preamble)
+    _settings(conn, preamble)
     result = PostData(entries)
     foreign = []
     ordered = [e for e in entries if e.type != "FK CONSTRAINT"] + \

@@ -1,5 +1,5 @@
 """The session's stack of real services as tests see it (the `stack` fixture), and the servers of
-the PostgreSQL matrix's other majors (tests/conftest.py PG_MATRIX)."""
+the PostgreSQL matrix's other majors (tests/support/matrix.py PG_MATRIX)."""
 
 from __future__ import annotations
 
