@@ -175,6 +175,7 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, undo: 
                         progress=progress)
     gctune.tune()
     streamer.run(stop)
+    publisher.close()
     log.info("capture stopped; confirmed up to %s", Lsn(streamer.positions.confirmed))
 
 

@@ -135,6 +135,12 @@ class ErrorPolicy:
             self._serve(self._producer.poll, timeout)
         self.check()
 
+    def close(self) -> None:
+        """Release the dead letters' producer, if one was made (after :meth:`flush`)."""
+        if self._producer is not None:
+            self._producer.close()
+            self._producer = None
+
     def flush(self, timeout: float = 60) -> int:
         """Wait for the dead letters' acknowledgements; the number still unacknowledged."""
         remaining = self._serve(self._producer.flush, timeout) if self._producer else 0

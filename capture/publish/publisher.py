@@ -111,6 +111,15 @@ class Publisher:
         finally:
             self._producer = ordinary
 
+    def close(self) -> None:
+        """Release the producers, everything sent acknowledged (after :meth:`flush`, as a
+        stopped stream does): their connections and threads end now. Left to the collector,
+        they would end only when it finds them (a producer's callbacks hold the publisher)."""
+        for producer in (self._producer, self._transactions and self._transactions.producer):
+            if producer is not None:
+                producer.close()
+        self.policy.close()
+
     def poll(self, timeout: float = 0) -> None:
         self._serve(self._producer.poll, timeout)
         self._handle_failures()

@@ -109,7 +109,7 @@ class Streamer:
                 if incremental.due():
                     incremental.read_chunk()
                     continue
-            select.select([replication.conn], [], [], 0.1)
+            _wait_readable(replication.conn, 0.1)
 
     def _feedback(self, force: bool = False) -> None:
         waiting = self.streamed is not None and self.streamed.waiting
@@ -198,3 +198,12 @@ class Streamer:
 
     def _send(self, topic: str, key: bytes | None, value: bytes | None) -> None:
         self.publisher.send(topic, key, value, self.transaction.batch)
+
+
+def _wait_readable(conn, timeout: float) -> None:
+    """Until ``conn`` has data, at most ``timeout`` seconds. poll(), not select(): select()
+    refuses a descriptor numbered 1024 or more, which a process with many files open reaches
+    (a test session that had run hundreds of captures did)."""
+    waiting = select.poll()
+    waiting.register(conn, select.POLLIN)
+    waiting.poll(timeout * 1000)
