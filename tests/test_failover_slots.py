@@ -8,7 +8,6 @@ names each setting a failover would miss (docs/operations.md, high availability)
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import threading
 import time
@@ -20,18 +19,17 @@ import pytest
 
 from bottler.status.slots import SlotReader
 from compose.postgres import PostgresCluster
-from compose.procs import free_port
-from compose.stack import new_stack_dir
 from tests.support.capture import capture_process
 from tests.support.cli import assert_clear_error, bottler
 from tests.support.matrix import PG_MATRIX
 from tests.support.replica import converge, replica
+from tests.support.standby import DB
+from tests.support.standby import primary_and_standby as standby_pair
 from tests.support.topics import Decoder, read_topic
 from tests.support.waiting import wait_for, wait_streaming
 
 pytestmark = pytest.mark.pg18  # failover slots: servers of its own, PostgreSQL 18
 
-DB = "shop"
 # Failover slots came with 17: its servers run 18, and 17 too where the version matrix names it
 # (make test-pg-matrix).
 MAJORS = ["17"] * ("17" in PG_MATRIX) + ["18"]
@@ -42,26 +40,13 @@ def primary_and_standby(request, stack) -> Iterator[tuple[PostgresCluster, Postg
     """A primary and its physical standby (slot sync on), the standby in the primary's
     synchronized_standby_slots, commits waiting for it (synchronous replication: what a
     primary acknowledged, the standby has)."""
-    root = new_stack_dir()
-    primary = PostgresCluster(root / "primary", free_port(), stack.stack.password, request.param)
-    standby = PostgresCluster(root / "standby", free_port(), stack.stack.password, request.param)
-    try:
-        primary.init()
-        primary.start(databases=(DB,))
-        standby.init_standby(primary, "standby1", DB)
-        with open(standby.data / "postgresql.conf", "a") as conf:
-            conf.write("sync_replication_slots = on\nhot_standby_feedback = on\n")
-        standby.start()
+    with standby_pair(stack.stack.password, request.param,
+                      standby_settings="sync_replication_slots = on\n") as (primary, standby):
         with psycopg.connect(primary.dsn(), autocommit=True) as conn:
             conn.execute("alter system set synchronized_standby_slots = 'standby1'")
             conn.execute("alter system set synchronous_standby_names = '*'")
             conn.execute("select pg_reload_conf()")
         yield primary, standby
-    finally:
-        for cluster in (standby, primary):
-            if cluster.running_pid():
-                cluster.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 class Supervised:

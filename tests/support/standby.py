@@ -1,5 +1,6 @@
 """A primary and its physical standby (pg_basebackup from a physical slot), servers of a test's
-own, for the capture from a standby (tests/test_capture_standby.py, tests/bench/standby_cpu.py)."""
+own, for the capture from a standby (tests/test_capture_standby.py, tests/bench/standby_cpu.py)
+and failover slots (tests/test_failover_slots.py)."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ DB = "shop"
 
 @contextmanager
 def primary_and_standby(password: str, version: str = "18", feedback: bool = True,
-                        wal_level: str = "logical"
+                        wal_level: str = "logical", standby_settings: str = ""
                         ) -> Iterator[tuple[PostgresCluster, PostgresCluster]]:
     """Both running (database ``DB``), stopped and removed at the end. ``wal_level``: both
     servers' (the standby's configuration is the primary's copy); ``feedback``: the standby's
-    hot_standby_feedback."""
+    hot_standby_feedback; ``standby_settings``: more lines of its postgresql.conf."""
     root = new_stack_dir()
     primary = PostgresCluster(root / "primary", free_port(), password, version)
     standby = PostgresCluster(root / "standby", free_port(), password, version)
@@ -33,7 +34,8 @@ def primary_and_standby(password: str, version: str = "18", feedback: bool = Tru
         primary.start(databases=(DB,))
         standby.init_standby(primary, "standby1", DB)
         with open(standby.data / "postgresql.conf", "a") as conf:
-            conf.write(f"hot_standby_feedback = {'on' if feedback else 'off'}\n")
+            conf.write(f"hot_standby_feedback = {'on' if feedback else 'off'}\n"
+                       + standby_settings)
         standby.start()
         yield primary, standby
     finally:
