@@ -15,10 +15,9 @@ import sys
 import threading
 import time
 
-import psutil
 import psycopg
 
-from tests.bench.procs import CaptureProcess, running
+from tests.bench.procs import CaptureProcess, cpu_over, running
 from tests.support.kafka_node import own_kafka
 from tests.support.standby import DB, primary_and_standby
 
@@ -46,53 +45,23 @@ def measure(primary, standby, seconds: float, rate: float) -> dict[str, float]:
     writer.start()
     time.sleep(3)  # the load under way before the window opens
     before = done[0]
-    decoders = set()  # the walsenders of logical slots: where decoding happens
-    for server in (primary, standby):
+    roots = {"primary": primary.running_pid(), "standby": standby.running_pid()}
+    decoders = {}  # the walsenders of logical slots: where decoding happens
+    for name, server in (("primary", primary), ("standby", standby)):
         with psycopg.connect(server.dsn(DB)) as conn:
-            decoders |= {r[0] for r in conn.execute(
+            decoders |= {f"{name} decoding {pid}": pid for pid, in conn.execute(
                 "select active_pid from pg_replication_slots where slot_type = 'logical' "
                 "and active_pid is not null")}
     try:
-        spent = cpu_of({"primary": primary.running_pid(), "standby": standby.running_pid()},
-                       seconds, decoders)
+        # a server's tree includes its walsenders: its figure includes its decoding
+        spent = cpu_over(roots | decoders, seconds)
     finally:
         stop.set()
         writer.join()
+    for key in decoders:
+        kind = key.rsplit(" ", 1)[0]
+        spent[kind] = spent.get(kind, 0.0) + spent.pop(key)
     return {**spent, "transactions": done[0] - before, "load": os.getloadavg()[0]}
-
-
-def cpu_of(servers: dict[str, int], seconds: float, decoders: set[int],
-           every: float = 0.5) -> dict[str, float]:
-    """CPU seconds each server's processes spent over ``seconds`` (sampled every ``every``: a
-    process seen counts what it spent while seen), and ("<server> decoding") those of its
-    processes among ``decoders``."""
-    first: dict[tuple, float] = {}
-    last: dict[tuple, tuple[str, float]] = {}
-    end = time.monotonic() + seconds
-    initial = True
-    while True:
-        for name, root in servers.items():
-            top = psutil.Process(root)
-            for proc in (top, *top.children(recursive=True)):
-                try:
-                    times = proc.cpu_times()
-                except psutil.Error:
-                    continue
-                used = times.user + times.system
-                kind = f"{name} decoding" if proc.pid in decoders else name
-                key = (proc.pid, proc.create_time())
-                first.setdefault(key, used if initial else 0.0)
-                last[key] = (kind, used)
-        initial = False
-        if time.monotonic() >= end:
-            break
-        time.sleep(min(every, max(0.0, end - time.monotonic())))
-    spent: dict[str, float] = {}
-    for key, (kind, used) in last.items():
-        spent[kind] = spent.get(kind, 0.0) + used - first[key]
-    for name in servers:  # a server's figure includes its decoding
-        spent[name] = spent.get(name, 0.0) + spent.get(f"{name} decoding", 0.0)
-    return spent
 
 
 def capture(mode: str, primary, standby, bootstrap: str) -> CaptureProcess:
