@@ -19,13 +19,17 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+import orjson
+
 from materializers.core.changes import Change
-from materializers.search.client import RETRY_STATUSES, SearchClient, SearchError
+from materializers.search.client import RETRY_STATUSES, SearchClient, SearchError, decode_answer
 
 log = logging.getLogger(__name__)
 
 VERSION_TYPE = "external_gte"
-FILTER = {"filter_path": "items.*.status,items.*.error"}  # a tenth of the answer to parse
+# a tenth of the answer; "errors" first, so an answer without any is known without parsing
+FILTER = {"filter_path": "errors,items.*.status,items.*.error"}
+ALL_WRITTEN = b'{"errors":false'
 
 
 @dataclass(slots=True)
@@ -38,14 +42,33 @@ class Action:
     change: Change | None  # where it came from (None for a truncate's deletes)
 
     def lines(self) -> bytes:
-        meta = f'{{"_id":{_encode(self.doc_id)},"version":{self.version:d},{_VERSION_TYPE}}}}}\n'
+        meta = b'{"_id":%b,"version":%d,%b}}\n' % (_json(self.doc_id), self.version,
+                                                    _VERSION_TYPE)
         if self.doc is None:
-            return ('{"delete":' + meta).encode()
-        return ('{"index":' + meta + _encode(self.doc) + "\n").encode()
+            return b'{"delete":' + meta
+        return b'{"index":' + meta + _json(self.doc) + b"\n"
 
 
-_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
-_VERSION_TYPE = f'"version_type":"{VERSION_TYPE}"'
+def _json(value: Any) -> bytes:
+    """orjson: a document in an eighth of the standard library's time, which is a tenth of the
+    view's CPU per row. What orjson refuses (an integer past 64 bits, a key that is not a
+    string: a transform's output) goes through the standard library, which may take it.
+    A float NaN or infinity, which only a transform can put there, is written as null (JSON has
+    neither); the columns' own are strings (fields.py)."""
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return _stdlib(value).encode()
+
+
+_stdlib = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+_VERSION_TYPE = f'"version_type":"{VERSION_TYPE}"'.encode()
+
+
+def bulk_answer(data: bytes) -> Any:
+    """A bulk answer, decoded only if some item failed: during a rebuild none does, and
+    parsing a thousand items costs as much as encoding a hundred documents."""
+    return {"errors": False} if data.startswith(ALL_WRITTEN) else decode_answer(data)
 
 
 @dataclass
@@ -130,8 +153,11 @@ class BulkWriter:
         delay = self.backoff
         for attempt in range(self.retries + 1):
             answer = self.client.request("POST", self.path, b"".join(d for _, d in chunk),
-                                         params=FILTER, ndjson=True)
+                                         params=FILTER, ndjson=True, decode=bulk_answer)
             outcome.requests += 1
+            if answer.get("errors") is False:
+                outcome.written += len(chunk)
+                return outcome
             items = answer.get("items", [])
             if len(items) != len(chunk):
                 raise SearchError(f"bulk answer has {len(items)} items for {len(chunk)} actions")

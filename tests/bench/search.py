@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from urllib.parse import quote
 
+from common import gctune
 from materializers.core import Change, Materializer
 from materializers.search import indices
 from materializers.search.client import SearchClient
@@ -109,6 +110,7 @@ def materialized(client: SearchClient, bootstrap: str, registry: str, topic: str
     options = ReaderOptions(bootstrap=bootstrap, registry=registry, topics=[topic],
                             on_poison="stop", batch_size=BULK, progress=False)
     sink, loop = options.reader(client, index, ALIAS)
+    gctune.tune()  # as `bottler materialize search` and `bottler reindex` do
     meter = CpuMeter(cpu_roots or {}).start()
     own = _own_cpu()
     start = time.perf_counter()
