@@ -7,7 +7,9 @@ nothing on either server nor in Kafka."""
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import threading
 
 import psycopg
@@ -20,12 +22,14 @@ from capture.snapshot.request import request_snapshot
 from capture.source import standby as standby_source
 from common.errors import BottlerError
 from schemas.topics import HEARTBEAT, with_prefix
-from tests.support.capture import CaptureThread
+from tests.support.capture import CaptureThread, start_capture
 from tests.support.standby import DB, primary_and_standby, replayed
-from tests.support.topics import Decoder, read_committed
+from tests.support.topics import Decoder, copied, read_committed, read_topic
 from tests.support.waiting import wait_for, wait_streaming
 
 pytestmark = pytest.mark.pg18  # servers of its own: PostgreSQL 18 (and 15 for its refusal)
+
+BIG = 200_000  # rows: a snapshot of some seconds, in chunks of CHUNK_PAGES (killed mid-way)
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +131,51 @@ def test_the_capture_decodes_on_the_standby(stack, servers, prefix):
                  "the changes made while it was stopped, from the standby's slot")
     finally:
         capture.stop()
+
+
+def test_a_snapshot_killed_on_the_standby_resumes(stack, servers, prefix, tmp_path):
+    """`kill -9` of the capture and its workers in the middle of the standby's snapshot, rows
+    written on the primary while it is down: the restart resumes the snapshot (a new snapshot
+    of the standby's, the copied chunks skipped) and every row arrives, duplicates allowed."""
+    primary, standby = servers
+    with psycopg.connect(primary.dsn(DB), autocommit=True) as conn:
+        conn.execute("create table big (id int primary key, pad text)")
+        conn.execute(f"insert into big select g, repeat('p', 80) from generate_series(1, {BIG}) g")
+    wait_for(lambda: replayed(primary, standby), 60, "the standby to replay the table")
+    log_path, topic = tmp_path / "capture.log", f"{prefix}.big"
+    log = open(log_path, "ab")  # noqa: SIM115 - closed below
+    proc = start_capture(stack, standby.dsn(DB), prefix, log, "--primary", primary.dsn(DB))
+    try:
+        def mid_snapshot():
+            assert proc.poll() is None, log_path.read_text()[-3000:]
+            return copied(stack, topic) >= BIG // 10
+        wait_for(mid_snapshot, 120, "the snapshot to be under way")
+        os.killpg(proc.pid, signal.SIGKILL)  # the capture and its workers, like a lost host
+        proc.wait(30)
+        assert copied(stack, topic) < BIG, "the snapshot ended before the kill"
+        with psycopg.connect(primary.dsn(DB), autocommit=True) as conn:  # while it is down
+            conn.execute("update big set pad = 'changed' where id % 1000 = 0")
+            conn.execute(f"insert into big select g, 'new' from generate_series({BIG + 1}, "
+                         f"{BIG + 100}) g")
+        proc = start_capture(stack, standby.dsn(DB), prefix, log, "--primary", primary.dsn(DB))
+        wait_streaming(standby.dsn(DB), prefix, 180)
+        assert "resuming the snapshot" in log_path.read_text()
+        decoder = Decoder(stack.registry_url)
+
+        def pads() -> dict[int, str]:
+            state = decoder.table_state(read_topic(stack.kafka, topic))
+            return {dict(key)["id"]: row["pad"] for key, row in state.items()}
+        with psycopg.connect(primary.dsn(DB)) as conn:
+            expected = dict(conn.execute("select id, pad from big").fetchall())
+        # at least a message per row, and one per change made while it was down (a snapshot
+        # copied those rows before or after: the stream from the slot's position has them too)
+        wait_for(lambda: copied(stack, topic) >= BIG + 200 + 100, 120, "the topic to fill")
+        wait_for(lambda: pads() == expected, 120, "every row, each with its last value")
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+        log.close()
 
 
 def refused(stack, prefix: str, standby, primary=None) -> BottlerError:
