@@ -15,8 +15,8 @@
 6. A closing fence proves nothing was written to the source since the first; the verdict.
 
 A capture on a hot standby has its slot there: the standby is the source (the slot, verify,
-the dumps) and the fence, the fence roles and the open transactions are its primary's
-(``primary``, as the capture's --primary, checked as the capture checks it).
+the dumps) and the fence, the fence roles, the open transactions and the sequences' values are
+its primary's (``primary``, as the capture's --primary, checked as the capture checks it).
 
 On no-go the fenced roles get their connection limits back; on go they stay fenced out of the
 old database (the report says how to undo it).
@@ -318,7 +318,8 @@ def _fenced(c: Cutover, o: Options, src, dst, writer, roles: fence.RoleFence, sa
     step("replica stopped")
 
     say("sequences, identity columns, defaults and CHECK constraints:")
-    c.definitions = definitions.carry(src, dst, o.sequence_margin, progress=say)
+    # the primary's sequences: a standby's read up to 32 values ahead (what the primary logged)
+    c.definitions = definitions.carry(writer, dst, o.sequence_margin, progress=say)
     for s in c.definitions.sequences:
         say(f"  sequence {s.name} set to {s.value}" + ("" if s.is_called else " (unused)"))
     step("sequences")
