@@ -152,13 +152,13 @@ def preconditions(o: Options, src: psycopg.Connection, dst: psycopg.Connection,
     problem = postdata.pg_dump_problem(src.info.server_version)
     checks.append(Check(problem is None, f"pg_dump: {problem or 'can dump the source'}"))
     if o.fence_roles:
-        problems = fence.RoleFence(writer_dsn(o, src, writer), o.fence_roles).check(writer)
+        problems = fence.RoleFence(_writer_dsn(o, src, writer), o.fence_roles).check(writer)
         checks.append(Check(not problems, "fence roles: " + ("; ".join(problems) or
                             ", ".join(o.fence_roles) + " will be fenced out")))
     return checks
 
 
-def writer_dsn(o: Options, src: psycopg.Connection, writer: psycopg.Connection) -> str:
+def _writer_dsn(o: Options, src: psycopg.Connection, writer: psycopg.Connection) -> str:
     return o.source if writer is src else o.primary
 
 
@@ -243,7 +243,7 @@ def run(o: Options, say=print) -> Cutover:
         if o.dry_run:
             c.verdict = READY
             return c
-        roles = fence.RoleFence(writer_dsn(o, src, writer), o.fence_roles)
+        roles = fence.RoleFence(_writer_dsn(o, src, writer), o.fence_roles)
         try:
             _fenced(c, o, src, dst, writer, roles, say, step)
         except fence.FenceTimeout as exc:
