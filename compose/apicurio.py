@@ -2,8 +2,8 @@
 (``BOTTLER_STACK_REGISTRY=apicurio``): the Quarkus application Apicurio publishes on Maven
 Central (pinned in compose/jars/pom.xml, profile ``apicurio``), on loopback, its schemas in an H2
 database under ``<stack>/apicurio`` so that they survive its restarts. bottler speaks to it
-through its Confluent-compatible API, ``/apis/ccompat/v7``; docs/stack.md says how it differs
-from ours and what it costs."""
+through its Confluent-compatible API, ``/apis/ccompat/v7``: docs/stack.md says what it costs
+against ours, docs/operations.md ("Another schema registry") where its answers differ."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ JVM_OPTIONS = [
     f"-Xmx{HEAP}", "-XX:+UseSerialGC", "-XX:+ExitOnOutOfMemoryError",
     "-Djava.util.logging.manager=org.jboss.logmanager.LogManager",  # as Apicurio's image
 ]
-
 
 REGISTRIES = ("bottler", "apicurio")
 REGISTRY_ENV = "BOTTLER_STACK_REGISTRY"
