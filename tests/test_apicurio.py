@@ -23,8 +23,7 @@ from tests.faults.views import VIEWS, source_rows
 from tests.support.databases import execute, rows
 from tests.support.waiting import wait_for
 
-# a stack of its own, with Apicurio for its registry: `make test-apicurio` (3 minutes; not in
-# `make test`, .ci/run runs both)
+# a stack of its own, with Apicurio for its registry (`make test-apicurio` runs it alone)
 pytestmark = [pytest.mark.stack, pytest.mark.apicurio]
 
 APPS = ("capture", "replica", "search", "warehouse", "translator")
