@@ -48,13 +48,14 @@ def start_observer(target, args: tuple, total: int, seconds: float, what: str):
 
 def latency(dsn: str, bootstrap: str, table: str, topic: str, first_id: int, rate: float,
             seconds: float, capture: CaptureProcess, cpu_roots: dict[str, int | None],
-            key_id: Callable[[bytes], int] | None = None) -> list[Figure]:
+            key_id: Callable[[bytes], int] | None = None, who: str = "capture") -> list[Figure]:
     """``key_id`` reads a row's id from its message's key (a module-level function: the
-    consumer's process imports it); the capture's Avro key by default."""
+    consumer's process imports it); the capture's Avro key by default. ``who`` names the
+    process streaming the rows (``capture``) in the CPU note."""
     total = int(rate * seconds)
     consumer, results = start_observer(consume, (bootstrap, topic, first_id, key_id or avro_id),
                                        total, seconds, "latency consumer")
-    meter = CpuMeter({**cpu_roots, "capture": capture.pid}).start()
+    meter = CpuMeter({**cpu_roots, who: capture.pid}).start()
     committed, started, ended = write(dsn, table, first_id, total, rate)
     cpu = meter.note()
     arrived = results.get(timeout=seconds + DRAIN_TIMEOUT + 60)

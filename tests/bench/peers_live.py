@@ -53,7 +53,8 @@ def live_and_latency(dsn: str, bootstrap: str, table: str, tools: list[Tool], ne
             if "latency" in parts:
                 say(f"latency: {tool.name} at {rate:,.0f} commits/s for {seconds:.0f} s")
                 lat[tool.name] = latency(dsn, bootstrap, table, tool.topic, next_id, rate,
-                                         seconds, tool.proc, roots, key_id=tool.key_id)
+                                         seconds, tool.proc, roots, key_id=tool.key_id,
+                                         who=tool.name)
                 next_id += int(rate * seconds)
             tool.proc.stop()
         finally:
