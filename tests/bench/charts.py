@@ -90,7 +90,7 @@ def peer_ratios(figures: Sequence[Figure], path: Path) -> None:
     _bars(figures, [f.value for f in figures], [None] * len(figures),
           "bottler ÷ Debezium (log scale; 1 = the same)",
           "bottler against Debezium (green: bottler better, red: worse)", path,
-          reference=1.0, log=True, label=72, row=0.55)
+          reference=1.0, log=True, label=78, row=0.55)
 
 
 def latencies(figures: Sequence[Figure], path: Path) -> None:
