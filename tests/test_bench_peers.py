@@ -52,6 +52,7 @@ def test_connect_settings_files_are_private(tmp_path):
 
 def test_the_chart_is_written_beside_the_report_and_linked(tmp_path):
     rows = [peers_report.Row("live (rows/s)", 5_000, 20_000, "rows/s", "higher"),
+            peers_report.Row("copy (rows/s)", 9e5, 3e5, "rows/s", "higher", "pg_dump | psql"),
             peers_report.Row("p99 (ms)", 40.0, 80.0, "ms", "lower"),
             peers_report.Row("not measured", None, 3.0, "s", "lower")]
     path = peers_report.write(tmp_path, rows, ["header"], [])
@@ -59,6 +60,7 @@ def test_the_chart_is_written_beside_the_report_and_linked(tmp_path):
     assert "(peers.png)" in text
     assert (tmp_path / "peers.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| not measured | — | 3.0 s | — | lower |" in text
+    assert "| copy (rows/s) | 900,000 rows/s | 300,000 rows/s | 0.33× | higher |" in text
 
 
 def test_no_chart_without_a_figure_of_both_sides(tmp_path):
@@ -78,3 +80,13 @@ def test_a_row_id_is_read_from_either_tools_key():
     key = json.dumps({"schema": {"type": "struct"}, "payload": {"id": 4242}}).encode()
     assert connect.key_id(key) == 4242
     assert avro_id(b"\x00\x00\x00\x00\x07" + bytes([0xA4, 0x42])) == 4242
+
+
+def test_a_bar_is_green_where_bottler_is_better_and_names_the_peer():
+    bars = peers_report.chart_figures([
+        peers_report.Row("rate", 100.0, 300.0, "rows/s", "higher"),
+        peers_report.Row("cost", 10.0, 30.0, "s", "lower"),
+        peers_report.Row("floor", 900.0, 300.0, "rows/s", "higher", "pg_dump | psql")])
+    assert [round(b.value, 2) for b in bars] == [3.0, 3.0, 0.33]
+    assert [b.target.met(b) for b in bars] == [True, False, False]
+    assert bars[2].name.endswith("pg_dump | psql 900 rows/s, bottler 300 rows/s (higher is better)")

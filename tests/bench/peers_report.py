@@ -55,6 +55,7 @@ class Row:
     ours: float | None
     unit: str
     better: str  # "higher" or "lower"
+    peer_name: str = "Debezium"  # what the peer column holds on this line
 
     @property
     def ratio(self) -> float | None:
@@ -139,14 +140,20 @@ def markdown(rows: list[Row], header: list[str], notes: list[str],
 
 def draw(rows: list[Row], path: Path) -> str | None:
     """The ratios as bars in the main report's style (tests/bench/charts.py): green where
-    bottler is better, red where Debezium is; None if no figure has both sides."""
+    bottler is better, red where the peer is; None if no figure has both sides."""
     from tests.bench import charts  # matplotlib: only when a report is written
 
-    figures = [Figure(f"{r.what}\nDebezium {_fmt(r.peer, r.unit)}, bottler {_fmt(r.ours, r.unit)}"
-                      f" ({r.better} is better)", r.ratio, "×",
-                      target=Target(">=" if r.better == "higher" else "<", 1.0))
-               for r in rows if r.ratio is not None]
+    figures = chart_figures(rows)
     if not figures:
         return None
     charts.peer_ratios(figures, path)
     return path.name
+
+
+def chart_figures(rows: list[Row]) -> list[Figure]:
+    """Each row with both sides as a bar: bottler ÷ the peer, met (green) where bottler is
+    better; named by the row, then both values."""
+    return [Figure(f"{r.what}\n{r.peer_name} {_fmt(r.peer, r.unit)}, "
+                   f"bottler {_fmt(r.ours, r.unit)} ({r.better} is better)", r.ratio, "×",
+                   target=Target(">=" if r.better == "higher" else "<", 1.0))
+            for r in rows if r.ratio is not None]
