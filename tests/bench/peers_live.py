@@ -56,7 +56,6 @@ def live_and_latency(dsn: str, bootstrap: str, table: str, tools: list[Tool], ne
                                          seconds, tool.proc, roots, key_id=tool.key_id,
                                          who=tool.name)
                 next_id += int(rate * seconds)
-            tool.proc.stop()
         finally:
             watch.close()
             tool.proc.stop()
