@@ -87,10 +87,20 @@ class Outcome:
         self.rejected.extend(other.rejected)
 
 
+# Below this many actions a write is one request: splitting a live batch of a few documents
+# would only add requests.
+MIN_SPLIT = 500
+
+
 class BulkWriter:
     """Sends actions to one index. ``max_actions``/``max_bytes`` bound a request; up to
     ``concurrency`` requests are in flight at once (the next one is serialised meanwhile);
-    ``retries`` rounds for retryable items, with backoff from ``backoff`` seconds, doubling."""
+    ``retries`` rounds for retryable items, with backoff from ``backoff`` seconds, doubling.
+
+    A write of more than MIN_SPLIT actions is cut into at least ``concurrency`` requests: the
+    engine runs one bulk request on one write thread, so a batch sent as one request would
+    index on one core. Two of 2,500 each measured 1.6× one of 5,000 (OpenSearch 2.19, warm, a
+    one-shard index), at the same CPU per document."""
 
     def __init__(self, client: SearchClient, index: str, *, max_actions: int = 1000,
                  max_bytes: int = 8 << 20, concurrency: int = 2, retries: int = 8,
@@ -133,6 +143,7 @@ class BulkWriter:
             self._pool.shutdown(wait=True)
 
     def _chunks(self, actions: list[Action]):
+        limit = min(self.max_actions, max(MIN_SPLIT, -(-len(actions) // self.concurrency)))
         chunk: list[tuple[Action, bytes]] = []
         size = 0
         for action in actions:
@@ -140,7 +151,7 @@ class BulkWriter:
                 data = action.lines()
             except (TypeError, ValueError) as exc:  # not JSON-able: a transform's output
                 raise SearchError(f"document {action.doc_id}: {exc}") from exc
-            if chunk and (len(chunk) >= self.max_actions or size + len(data) > self.max_bytes):
+            if chunk and (len(chunk) >= limit or size + len(data) > self.max_bytes):
                 yield chunk
                 chunk, size = [], 0
             chunk.append((action, data))
