@@ -47,6 +47,7 @@ from materializers.core.decode import DecodeError, truncate_event
 from materializers.core.ownership import OwnedTopics
 from materializers.core.poison import DeadLetters
 from materializers.warehouse import kafka, stream
+from materializers.warehouse.delta import open_table, stored_offsets
 from materializers.warehouse.sink import DeltaSink, table_path
 from materializers.warehouse.source import decoder
 from materializers.warehouse.spark_avro import decoded, missing_struct, rows, topic_schemas
@@ -276,6 +277,14 @@ class SparkRoute:
         schemas = topic_schemas(self.client, topic)
         if schemas is None:
             return
+        path = table_path(self.root, schemas.table)
+        result.offsets.update(targets)
+        table = open_table(path) if not truncated else None
+        if table is not None:  # partitions the table records as done: a replay, nothing to do
+            done = stored_offsets(table, targets)
+            targets = {tp: o for tp, o in targets.items() if done.get(tp, -1) < o}
+            if not targets:
+                return
         columns, unfit = rows(schemas.latest, "v")
         missing = missing_struct(schemas)
         frame = frame.select("partition", "offset", "key", "value",
@@ -287,7 +296,6 @@ class SparkRoute:
         frame = frame.withColumn("_poison", poison).persist()
         try:
             self._dead_letters(frame.where("_poison"), topic, result)
-            path = table_path(self.root, schemas.table)
             self.sink._check_own(path, schemas.table, targets)
             write = TopicWrite(self.spark, path, schemas, columns, missing)
             write.write(frame.where("NOT _poison"), targets, truncated)
@@ -295,7 +303,6 @@ class SparkRoute:
             frame.unpersist()
         result.changes += write.changes
         result.commits += write.commits
-        result.offsets.update(targets)
 
     def _dead_letters(self, poison: Any, topic: str, result: RouteResult) -> None:
         """Messages that do not decode, or whose values Delta cannot hold: a handful, collected

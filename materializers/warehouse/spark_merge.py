@@ -101,10 +101,19 @@ class TopicWrite:
         return source.drop(*[f"_key_{k}" for k in self.keys])
 
     def _merge(self, source: Any) -> None:
+        """The MERGE; the table's columns the source lacks (dropped or renamed at the source)
+        are null in it, so an updated row keeps no stale value there, as on the default
+        route (``whenMatchedUpdateAll`` sets only the source's columns)."""
         from delta.tables import DeltaTable
+        from pyspark.sql import functions as F  # noqa: N812
 
+        table = DeltaTable.forPath(self.spark, str(self.path))
+        have = set(source.columns)
+        for f in table.toDF().schema.fields:
+            if f.name not in have:
+                source = source.withColumn(f.name, F.lit(None).cast(f.dataType))
         on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in self.keys)
-        (DeltaTable.forPath(self.spark, str(self.path)).alias("t").merge(source.alias("s"), on)
+        (table.alias("t").merge(source.alias("s"), on)
          .whenMatchedDelete(f"s.{DELETE}")
          .whenMatchedUpdateAll(f"NOT s.{DELETE}")
          .whenNotMatchedInsertAll(f"NOT s.{DELETE}").execute())
