@@ -152,5 +152,5 @@ def adapter(request, cleanup):
         make, reopen,
         lambda sink, table, columns: {(row[0],): row for row in rows(sink, table, columns)},
         lambda sink, table, columns: sorted(rows(sink, table, columns)),
-        max_flushes=3, loop=False,
+        max_flushes=2, loop=False,
     )
