@@ -9,11 +9,13 @@ consumer group, beside ``bottler.offsets``): the end offset of every partition o
 and of the truncate topic then, in ``bottler.adoption_points``, and the start itself in
 ``bottler.adoption_starts``. It is never moved after; a topic created later (a table the capture
 met later) holds only events from after it. When the replica adopts a table that holds rows and
-whose topic has events from before the point, it records a digest of each of the user's rows
-(their columns at the adoption) in ``bottler.adopted_rows``. An event from before the point (a
-truncate event, or a delete, below the point in its own partition) then removes only rows whose
-digest is not recorded: rows the replica wrote or changed. Events after the point apply in full:
-the table follows the source.
+whose topic has events from before the point, it records a digest of the key of each of the
+user's rows in ``bottler.adopted_rows``. An event from before the point (a truncate event, or a
+delete, below the point in its own partition) then removes only rows whose key is not recorded:
+rows the replica wrote. A user's row an older event changed (an upsert of its key) stays too,
+with the user's other columns: the outcome must not depend on whether the replica reads the
+table topic or the truncate topic first. Events after the point apply in full: the table follows
+the source. (Adoptions recorded before keys were used keep their whole-row digests.)
 """
 
 from __future__ import annotations
@@ -134,9 +136,23 @@ def _digest(columns: Sequence[str], alias: str = "t") -> str:
     return f"md5(row({cols})::text)"
 
 
+# The columns of the table's primary key, else of its narrowest plain unique index (the replica
+# needs one of them to write into an adopted table).
+_KEY = ("select array_agg(a.attname order by k.ord) from pg_index i"
+        " cross join unnest(i.indkey) with ordinality k(attnum, ord)"
+        " join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum"
+        " where i.indrelid = %s::regclass and i.indisunique and i.indpred is null"
+        " and i.indexprs is null group by i.indexrelid, i.indisprimary"
+        " order by i.indisprimary desc, count(*) limit 1")
+
+
 def keep_rows(conn: psycopg.Connection, table: TableId) -> None:
-    """Record a digest of each row ``table`` holds now: the user's rows at its adoption."""
-    columns = [r[0] for r in conn.execute(
+    """Record a digest of the key of each row ``table`` holds now: the user's rows at its
+    adoption. By key, not by the whole row: an event from before the point may have changed a
+    user's row (an upsert of its key) before a truncate or a delete from before the point comes,
+    and the row must stay whichever the replica reads first (its other columns are the user's)."""
+    key = conn.execute(_KEY, (qualified(table),)).fetchone()
+    columns = list(key[0]) if key and key[0] else [r[0] for r in conn.execute(
         "select attname from pg_attribute where attrelid = %s::regclass and attnum > 0"
         " and not attisdropped order by attnum", (qualified(table),)).fetchall()]
     conn.execute("insert into bottler.adopted_tables (schema_name, table_name, columns)"
