@@ -3,8 +3,8 @@ master and one worker (tests/support/spark_cluster.py), and ``spark-submit --mas
 --jars … materializers/warehouse/submit.py --config … --once`` with the same YAML file as
 ``bottler materialize warehouse``. The Delta tables are read back with delta-rs and compared with
 the source; the executor ran on the worker; the tables carry the housekeeping's properties
-(upkeep.py). Also: the scratch checkpoints of dead runs are removed, the docs' ``--packages`` are
-the pins."""
+(upkeep.py). Also: run outside spark-submit, the file says how to run it; the docs'
+``--packages`` are the pins."""
 
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from materializers.warehouse import jars, submit, upkeep
+from materializers.warehouse import jars, submit
 from materializers.warehouse.delta import open_table
-from materializers.warehouse.native import CHECKPOINT_PREFIX
 from tests.support.databases import execute
 from tests.support.spark_cluster import ROOT, standalone
 from tests.support.waiting import wait_streaming
@@ -70,19 +69,6 @@ def test_outside_spark_submit_the_file_says_how_to_run_it(tmp_path):
     assert run.returncode == 2
     assert "run it through spark-submit" in run.stderr
     assert "Traceback" not in run.stderr
-
-
-def test_the_scratch_checkpoints_of_dead_runs_are_removed(tmp_path, monkeypatch):
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
-    dead = tmp_path / f"{CHECKPOINT_PREFIX}{gone.pid}-abc"
-    live = tmp_path / f"{CHECKPOINT_PREFIX}{os.getpid()}-abc"
-    for d in (dead, live):
-        (d / "offsets").mkdir(parents=True)
-    upkeep.clean_scratch()
-    assert not dead.exists()
-    assert live.exists()
 
 
 def test_the_docs_give_the_pinned_packages():

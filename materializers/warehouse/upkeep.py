@@ -12,7 +12,8 @@ weeks (issue 27, item 5). Delta does most of it itself once asked; bottler asks:
   (time travel and readers' running queries), then VACUUM and Delta's log cleanup remove them.
   Any engine's VACUUM honours the same table properties.
 - **VACUUM**, from the job between two batches (no commit of its own runs at the same time),
-  every ``retention / 4`` (at most hourly): the table's retention, its own property.
+  every ``retention / 4`` (at most hourly): the table's retention, its own property; by
+  delta-rs, as ``bottler warehouse vacuum`` (:func:`vacuum`).
 - **Checkpoints**: Delta's own, every ``delta.checkpointInterval`` (10) commits, which is also
   when it drops the log entries past their retention. Nothing to add.
 - **The scratch checkpoint** of the streaming query (its offsets and commits logs; Delta is the
@@ -85,7 +86,7 @@ class Upkeep:
                 self._properties(path)
                 self._vacuumed[path] = now
             elif now - self._vacuumed[path] >= self.every:
-                self.vacuum(path)
+                vacuum(path)
                 self._vacuumed[path] = time.monotonic()
 
     def _properties(self, path: Path) -> None:
@@ -100,13 +101,18 @@ class Upkeep:
             self.spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({settings})")
             log.info("warehouse: %s set on %s", ", ".join(sorted(wanted)), path)
 
-    def vacuum(self, path: Path) -> None:
-        """VACUUM with the table's own retention (its ``delta.deletedFileRetentionDuration``)."""
-        from delta.tables import DeltaTable
 
-        started = time.monotonic()
-        DeltaTable.forPath(self.spark, str(path)).vacuum()
-        log.info("warehouse: VACUUM of %s in %.1f s", path, time.monotonic() - started)
+def vacuum(path: Path) -> list[str]:
+    """VACUUM with the table's own retention (its ``delta.deletedFileRetentionDuration``), by
+    delta-rs, as ``bottler warehouse vacuum``: it reads the log and lists the table's directory
+    in the driver, in well under a second where delta-spark's took 34-63 s of Spark jobs per
+    demo table (load average 10-15). The files it deleted."""
+    started = time.monotonic()
+    table = open_table(path)
+    gone = table.vacuum(dry_run=False) if table is not None else []
+    log.info("warehouse: VACUUM of %s: %d files deleted in %.1f s", path, len(gone),
+             time.monotonic() - started)
+    return gone
 
 
 def clean_scratch() -> None:
@@ -141,7 +147,12 @@ class KeptRoute(SparkRoute):
     def batch(self, frame: Any, ends: dict[TopicPartition, int],
               begins: dict[TopicPartition, int]) -> Any:
         result = super().batch(frame, ends, begins)
-        self.upkeep.after_batch([self._table(t) for t in sorted({t for t, _ in result.offsets})])
+        try:
+            self.upkeep.after_batch([self._table(t)
+                                     for t in sorted({t for t, _ in result.offsets})])
+        except Exception as exc:  # noqa: BLE001 - the batch is committed: housekeeping waits
+            log.warning("warehouse: housekeeping failed, tried again after a later batch: %s",
+                        exc)
         return result
 
     def _table(self, topic: str) -> Path:
