@@ -15,7 +15,9 @@ weeks (issue 27, item 5). Delta does most of it itself once asked; bottler asks:
   every ``retention / 4`` (at most hourly): the table's retention, its own property; by
   delta-rs, as ``bottler warehouse vacuum`` (:func:`vacuum`).
 - **Checkpoints**: Delta's own, every ``delta.checkpointInterval`` (10) commits, which is also
-  when it drops the log entries past their retention. Nothing to add.
+  when it drops the log entries past their retention; after a VACUUM, whose commits may take
+  the versions delta-spark would have checkpointed, one by delta-rs if the log is 10 entries
+  past the last.
 - **The scratch checkpoint** of the streaming query (its offsets and commits logs; Delta is the
   truth, native.py) is a directory of the run, named with the job's pid and removed when the run
   ends; a run killed with ``kill -9`` leaves it, and the next run removes those of processes that
@@ -27,6 +29,7 @@ nothing.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -45,6 +48,7 @@ from materializers.warehouse.spark_avro import topic_schemas
 
 log = logging.getLogger(__name__)
 
+CHECKPOINT_EVERY = 10  # delta-spark's delta.checkpointInterval default
 AUTO_COMPACT_FILES = 20  # small files that make Delta's auto compaction run (Delta's own: 50)
 COMPACTION = {"delta.autoOptimize.optimizeWrite": "true", "delta.autoOptimize.autoCompact": "true"}
 _SCRATCH_PID = re.compile(re.escape(CHECKPOINT_PREFIX) + r"(\d+)-")
@@ -114,7 +118,20 @@ def vacuum(path: Path) -> list[str]:
     gone = table.vacuum(dry_run=False, full=True) if table is not None else []
     log.info("warehouse: VACUUM of %s: %d files deleted in %.1f s", path, len(gone),
              time.monotonic() - started)
+    if table is not None:
+        _checkpointed(path)
     return gone
+
+
+def _checkpointed(path: Path) -> None:
+    """A checkpoint where the log has ``CHECKPOINT_EVERY`` entries past the last one: delta-spark
+    writes one after a commit whose version is a multiple of 10, and a VACUUM's own commits
+    (delta-rs writes a start and an end) may take those versions."""
+    table = open_table(path)
+    marker = path / "_delta_log" / "_last_checkpoint"
+    last = json.loads(marker.read_text())["version"] if marker.exists() else -1
+    if table.version() - last >= CHECKPOINT_EVERY:
+        table.create_checkpoint()
 
 
 def clean_scratch() -> None:
