@@ -10,7 +10,8 @@ STACK_DIR ?= .stack
 STACK  ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo embedded)
 COMPOSE := docker compose -f compose/docker-compose.yml
 
-.PHONY: up down status test test-faults test-busy test-opensearch3 test-pg-matrix bench \
+.PHONY: up down status test test-faults test-busy test-opensearch3 test-apicurio test-jars \
+	test-pg-matrix bench \
 	bench-peers lint deps system-deps jars
 
 deps: system-deps $(STAMP) jars
@@ -54,11 +55,15 @@ status: $(STAMP)
 # Two workers, each with a stack of its own, each given whole modules (pytest-xdist): most of a
 # service test is waiting on processes, and two at once take 2 cores' worth of the work in about
 # 2/3 of the time (docs/quickstart.md); in the order tests/conftest.py gives them, slowest first.
-# TEST_WORKERS=0 runs the suite in this process alone.
+# TEST_WORKERS=0 runs the suite in this process alone. The tests also fetch Apicurio Registry's
+# jars (tests/test_apicurio.py), which `make up` does not need.
 TEST_WORKERS ?= 2
-test: deps
+test: deps test-jars
 	$(BIN)/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile \
 		--no-loadscope-reorder)
+
+test-jars: $(STAMP)
+	@$(BIN)/python -m compose.jars apicurio apicurio-serde >/dev/null
 
 # The version matrix's suites (the capture's, the replica's, the migration's and the cutover's:
 # tests marked pg_matrix) on every major there is a package of: 15 (Debian's), 16, 17 and 18
@@ -81,12 +86,17 @@ test-busy: deps
 	BOTTLER_CPU_HOG=1 $(BIN)/pytest tests/test_appliance.py tests/faults
 
 # The search tests against OpenSearch 3 instead of the stack's OpenSearch 2 (the same client
-# claims both): it runs on Java 21 or newer (JAVA25_HOME).
+# claims both), alone: `make test` runs them too. OpenSearch 3 runs on Java 21 or newer
+# (JAVA25_HOME).
 JAVA25_HOME ?= /usr/lib/jvm/temurin-25-jdk-amd64
 test-opensearch3: deps
-	JAVA_HOME=$(JAVA25_HOME) BOTTLER_STACK_SEARCH_ENGINE=opensearch3 $(BIN)/pytest \
-		tests/test_search.py tests/test_search_ownership.py tests/test_search_reindex.py \
-		tests/test_conformance.py -k "search"
+	JAVA25_HOME=$(JAVA25_HOME) $(BIN)/pytest tests/test_second_engine.py
+
+# The stack with Apicurio Registry 3 for its registry (tests/test_apicurio.py: every view equal
+# to the source, a JVM consumer with Apicurio's deserializer), alone: `make test` runs it too.
+# Apicurio needs Java 21+: JAVA_HOME, or a JDK in /usr/lib/jvm.
+test-apicurio: deps test-jars
+	$(BIN)/pytest tests/test_apicurio.py
 
 bench: deps
 	$(BIN)/python -m tests.bench

@@ -20,7 +20,7 @@ DISTRIBUTION = "bottler-cdc"  # "bottler" on PyPI is an unrelated project
 # extra -> the modules its commands import (tests/test_install.py checks them against
 # pyproject.toml).
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "search": ("urllib3",),
+    "search": ("urllib3", "orjson"),
     "warehouse": ("pyspark", "delta", "deltalake", "pyarrow"),
 }
 

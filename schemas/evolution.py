@@ -56,12 +56,16 @@ class Evolution:
 
     def __init__(self) -> None:
         self._fields: frozenset[str] | None = None  # None: none met yet (the view just started)
+        self._schema: dict | None = None  # the last version met, as the decoder shares it
 
     def added(self, schema: dict) -> dict[str, Any]:
         """The fields of ``schema`` that carry ``pg.missing`` and that the previous version met
         did not have (all of them for the first version met: a view that just started cannot
         tell, and applying the value again to the rows without the column is harmless), with
         their values."""
+        if schema is self._schema:  # every row of a version: the views ask per row
+            return {}
+        self._schema = schema
         fields = frozenset(f["name"] for f in schema["fields"])
         known, self._fields = self._fields, fields
         if known == fields:

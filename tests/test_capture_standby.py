@@ -7,7 +7,11 @@ nothing on either server nor in Kafka."""
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import subprocess
+import sys
 import threading
 
 import psycopg
@@ -20,12 +24,17 @@ from capture.snapshot.request import request_snapshot
 from capture.source import standby as standby_source
 from common.errors import BottlerError
 from schemas.topics import HEARTBEAT, with_prefix
-from tests.support.capture import CaptureThread
+from tests.support.capture import CaptureThread, start_capture
+from tests.support.cli import ROOT, assert_clear_error, bottler, clean_env
+from tests.support.databases import fresh_database
+from tests.support.replica import converge, replica
 from tests.support.standby import DB, primary_and_standby, replayed
-from tests.support.topics import Decoder, read_committed
+from tests.support.topics import Decoder, copied, read_committed, read_topic
 from tests.support.waiting import wait_for, wait_streaming
 
 pytestmark = pytest.mark.pg18  # servers of its own: PostgreSQL 18 (and 15 for its refusal)
+
+BIG = 100_000  # rows: a snapshot of some seconds, in chunks of CHUNK_PAGES (killed mid-way)
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +134,101 @@ def test_the_capture_decodes_on_the_standby(stack, servers, prefix):
         capture = CaptureThread(**settings(stack, prefix, standby, primary)).start()
         wait_for(lambda: sum(v == -1 for v in state(topic(table)).values()) == 100, 120,
                  "the changes made while it was stopped, from the standby's slot")
+    finally:
+        capture.stop()
+
+
+def test_a_snapshot_killed_on_the_standby_resumes(stack, servers, prefix, tmp_path):
+    """`kill -9` of the capture and its workers in the middle of the standby's snapshot, rows
+    written on the primary while it is down: the restart resumes the snapshot (a new snapshot
+    of the standby's, the copied chunks skipped) and every row arrives, duplicates allowed."""
+    primary, standby = servers
+    with psycopg.connect(primary.dsn(DB), autocommit=True) as conn:
+        conn.execute("create table big (id int primary key, pad text)")
+        conn.execute(f"insert into big select g, repeat('p', 80) from generate_series(1, {BIG}) g")
+    wait_for(lambda: replayed(primary, standby), 60, "the standby to replay the table")
+    log_path, topic = tmp_path / "capture.log", f"{prefix}.big"
+    log = open(log_path, "ab")  # noqa: SIM115 - closed below
+    proc = start_capture(stack, standby.dsn(DB), prefix, log, "--primary", primary.dsn(DB))
+    try:
+        def mid_snapshot():
+            assert proc.poll() is None, log_path.read_text()[-3000:]
+            return copied(stack, topic) >= BIG // 10
+        wait_for(mid_snapshot, 120, "the snapshot to be under way")
+        os.killpg(proc.pid, signal.SIGKILL)  # the capture and its workers, like a lost host
+        proc.wait(30)
+        assert copied(stack, topic) < BIG, "the snapshot ended before the kill"
+        with psycopg.connect(primary.dsn(DB), autocommit=True) as conn:  # while it is down
+            conn.execute("update big set pad = 'changed' where id % 1000 = 0")
+            conn.execute(f"insert into big select g, 'new' from generate_series({BIG + 1}, "
+                         f"{BIG + 100}) g")
+        proc = start_capture(stack, standby.dsn(DB), prefix, log, "--primary", primary.dsn(DB))
+        wait_streaming(standby.dsn(DB), prefix, 180)
+        assert "resuming the snapshot" in log_path.read_text()
+        decoder = Decoder(stack.registry_url)
+
+        def pads() -> dict[int, str]:
+            state = decoder.table_state(read_topic(stack.kafka, topic))
+            return {dict(key)["id"]: row["pad"] for key, row in state.items()}
+        with psycopg.connect(primary.dsn(DB)) as conn:
+            expected = dict(conn.execute("select id, pad from big").fetchall())
+        # at least a message per row, and one per change made while it was down (a snapshot
+        # copied those rows before or after: the stream from the slot's position has them too)
+        least = BIG + BIG // 1000 + 100
+        wait_for(lambda: copied(stack, topic) >= least, 120, "the topic to fill")
+        wait_for(lambda: pads() == expected, 120, "every row, each with its last value")
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+        log.close()
+
+
+def test_the_cutover_reads_the_standby_and_fences_on_the_primary(stack, servers, prefix):
+    """A migration whose capture decodes on the standby: `bottler migrate cutover` given the
+    standby alone refuses in one line naming --primary; given the standby as --source (its
+    slot) and the primary as --primary (where the fence is written and the application's role
+    fenced out), it says go."""
+    primary, standby = servers
+    db, app = f"cut_{prefix}", f"app_{prefix}"  # a database of its own: the module's others
+    with psycopg.connect(primary.dsn(), autocommit=True) as conn:  # hold large tables
+        conn.execute(f"create database {db}")
+        conn.execute(f"create role {app} login")
+    with psycopg.connect(primary.dsn(db), autocommit=True) as conn:
+        conn.execute("create table orders (id int generated by default as identity primary "
+                     "key, note text)")
+        conn.execute("insert into orders (note) select 'o' || g from generate_series(1, 300) g")
+    wait_for(lambda: replayed(primary, standby), 60, "the standby to replay the database")
+    capture = CaptureThread(**settings(stack, prefix, standby, primary)
+                            | dict(postgres=standby.dsn(db), primary=primary.dsn(db))).start()
+    cutover = ["migrate", "cutover", "-s", standby.dsn(db), "-b", stack.kafka, "-p", prefix,
+               "--slot", prefix, "-g", prefix, "--fence-timeout", "120"]
+    try:
+        with fresh_database(stack.pg_dsn) as target:
+            alone = bottler(*cutover, "-t", target)
+            assert_clear_error(alone, "the source is a standby", "pass --primary",
+                               secrets=(stack.stack.password,))
+            with replica(stack, target, prefix, group=prefix) as (_, _, failure):
+                converge(standby.dsn(db), target, ["select * from orders order by id"], failure,
+                         120)
+                run = subprocess.Popen(
+                    [sys.executable, "-m", "bottler", *cutover, "-t", target, "--primary",
+                     primary.dsn(db), "--fence-roles", app], stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=clean_env(COLUMNS="200"))
+                out = []
+                for line in run.stdout:  # the replica stops when the cutover asks for it
+                    out.append(line)
+                    if "stop `bottler materialize postgres`" in line:
+                        break
+            out.append(run.stdout.read())
+            run.wait(60)
+            assert "verdict: go" in "".join(out), "".join(out)
+            with psycopg.connect(primary.dsn(db)) as conn:  # fenced out of the primary
+                assert conn.execute("select rolconnlimit from pg_roles where rolname = %s",
+                                    (app,)).fetchone() == (0,)
+            with psycopg.connect(target) as conn:  # its sequence carried over, at the fence
+                assert conn.execute("insert into orders (note) values ('new') returning id"
+                                    ).fetchone() == (301,)
     finally:
         capture.stop()
 

@@ -1,7 +1,8 @@
 """Failover slots (PostgreSQL 17+: 18, and 17 where the version matrix names it): the primary
 killed under a write load and its standby promoted, the capture (restarted as a supervisor
 would) resumes on the standby from the synchronized copy of its slot, and every row of the
-promoted server is in the table topic, none that it lacks, and in a replica fed from it; a
+promoted server is in the table topic, none that it lacks, and in the replica and the search
+view fed from it; a
 promotion whose standby has no copy of the slot stops the capture in one line; `bottler status`
 names each setting a failover would miss (docs/operations.md, high availability)."""
 
@@ -19,14 +20,17 @@ import pytest
 
 from bottler.status.slots import SlotReader
 from compose.postgres import PostgresCluster
+from materializers.search import indices
+from materializers.search.sink import SearchSink
 from tests.support.capture import capture_process
 from tests.support.cli import assert_clear_error, bottler
 from tests.support.matrix import PG_MATRIX
-from tests.support.replica import converge, replica
+from tests.support.replica import converge, materializer, replica
+from tests.support.search_api import hits
 from tests.support.standby import DB
 from tests.support.standby import primary_and_standby as standby_pair
 from tests.support.topics import Decoder, read_topic
-from tests.support.waiting import wait_for, wait_streaming
+from tests.support.waiting import in_thread, wait_for, wait_streaming
 
 pytestmark = pytest.mark.pg18  # failover slots: servers of its own, PostgreSQL 18
 
@@ -101,7 +105,8 @@ def test_the_capture_resumes_on_the_promoted_standby_from_the_synchronized_slot(
         stack, primary_and_standby, target, prefix, tmp_path):
     """Under a load of inserts, updates and deletes across the kill and the promotion: the
     table topic ends with exactly the promoted server's rows (duplicates allowed, none
-    missing, none it lacks), and a replica fed from it ends equal to the promoted server."""
+    missing, none it lacks), and the replica and the search view fed from it end equal to the
+    promoted server."""
     primary, standby = primary_and_standby
     with psycopg.connect(primary.dsn(DB), autocommit=True) as conn:
         conn.execute("create table items (id int primary key, v int not null)")
@@ -112,7 +117,9 @@ def test_the_capture_resumes_on_the_promoted_standby_from_the_synchronized_slot(
                           "-p", prefix, "--heartbeat-interval", "1"], tmp_path / "capture.log")
     stop, acknowledged = threading.Event(), []
     writer = threading.Thread(target=load, args=(both, stop, acknowledged), daemon=True)
-    with replica(stack, target, prefix) as (_, _, failure):  # a view fed throughout
+    search = SearchSink(stack.search_url, prefix)  # the views, fed throughout
+    with replica(stack, target, prefix) as (_, _, failure), \
+            in_thread(materializer(stack, search, prefix).run) as search_failure:
         try:
             wait_streaming(primary.dsn(DB), prefix)
             writer.start()
@@ -146,6 +153,15 @@ def test_the_capture_resumes_on_the_promoted_standby_from_the_synchronized_slot(
         # none missing, none the new primary lacks (synchronized_standby_slots)
         wait_for(lambda: published() == in_database, 120, "the promoted server's rows in Kafka")
         converge(promoted, target, ["select id, v from items order by id"], failure, 120)
+
+        def searched() -> dict[int, int]:
+            assert not search_failure, search_failure
+            return {hit["_source"]["id"]: hit["_source"]["v"]
+                    for hit in hits(search.client, prefix, size=10_000)}
+        try:
+            wait_for(lambda: searched() == in_database, 120, "the search view's documents")
+        finally:
+            indices.delete_index(search.client, prefix)
 
 
 def synced(dsn: str, slot: str) -> bool:

@@ -19,6 +19,7 @@ from bottler.cli import app
 from compose import search_engine
 from materializers.core import Change, RejectedChange, TableId
 from materializers.search import fields, indices
+from materializers.search.bulk import Action, bulk_answer
 from materializers.search.client import SearchClient, SearchError
 from materializers.search.documents import document_id, key_text
 from materializers.search.sink import SearchSink
@@ -44,6 +45,21 @@ def test_values_become_json_a_search_cluster_indexes():
     assert document_id(change).startswith("public.t:#") and len(document_id(change)) < 100
     unkeyed = Change("p.log", TableId("s", "log"), "upsert", None, {}, 2, 9)
     assert document_id(unkeyed) == "s.log:@p.log/2/9"
+
+
+def test_bulk_lines_are_json_whatever_a_transform_returns():
+    """orjson writes the bulk body; what it refuses goes through the standard library."""
+    doc = {"title": "é", "n": 2**70, 3: "key not a string", "at": None}
+    meta, body = Action("public.t:1", doc, 12, None).lines().decode().splitlines()
+    assert json.loads(meta) == {"index": {"_id": "public.t:1", "version": 12,
+                                          "version_type": "external_gte"}}
+    assert json.loads(body) == {"title": "é", "n": 2**70, "3": "key not a string", "at": None}
+    assert Action("public.t:2", None, 5, None).lines() == (
+        b'{"delete":{"_id":"public.t:2","version":5,"version_type":"external_gte"}}\n')
+    assert bulk_answer(b'{"errors":false,"items":[{"index":{"status":201}}]}') == {
+        "errors": False}
+    assert bulk_answer(b'{"errors":true,"items":[{"index":{"status":409}}]}')["items"] == [
+        {"index": {"status": 409}}]
 
 
 def _f(name, avro, pg_type):

@@ -192,6 +192,11 @@ class CutoverSettings(MigrateSettings, KafkaSettings, TopicPrefixSettings):
     topic_prefix: Annotated[str, PREFIX] = ""
     group_id: Annotated[str, GROUP] = DEFAULT_GROUP
     slot: Annotated[str, Flag("--slot", help="The capture's replication slot")] = "bottler"
+    # A capture on a hot standby: the standby is --source (its slot), the fence goes to the
+    # primary, named as the capture names it
+    primary: Annotated[str | None, Flag(
+        "--primary", help="The primary's DSN (same database) when --source is the hot standby "
+        "the capture decodes on: the fence is written there")] = None
     dry_run: Annotated[bool, Flag("--dry-run", help="Check the preconditions only.")] = False
     report: Annotated[Path | None, Flag(
         "--report", help="Write the report here (Markdown) and beside it as .json.")] = None
@@ -234,7 +239,7 @@ def cutover_cmd(s: CutoverSettings) -> None:
     plan = cutover.Options(
         s.source, s.target, s.kafka, s.topic_prefix, s.group_id, s.slot, s.dry_run,
         s.sequence_margin, s.fence_roles, max_lag=s.max_lag, fence_timeout=s.fence_timeout,
-        replica_stop_timeout=s.replica_timeout, max_keys=s.max_keys)
+        replica_stop_timeout=s.replica_timeout, max_keys=s.max_keys, primary=s.primary)
     result = cutover.run(plan, say=lambda line: out.print(line, highlight=False, markup=False))
     if result.downtime is not None:
         out.print(f"write downtime (fence to go): {result.downtime:.1f}s", highlight=False)

@@ -14,6 +14,10 @@
    (definitions.py); then pg_dump's post-data objects (postdata.py).
 6. A closing fence proves nothing was written to the source since the first; the verdict.
 
+A capture on a hot standby has its slot there: the standby is the source (the slot, verify,
+the dumps) and the fence, the fence roles, the open transactions and the sequences' values are
+its primary's (``primary``, as the capture's --primary, checked as the capture checks it).
+
 On no-go the fenced roles get their connection limits back; on go they stay fenced out of the
 old database (the report says how to undo it).
 """
@@ -21,6 +25,8 @@ old database (the report says how to undo it).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import psycopg
@@ -29,6 +35,7 @@ from bottler.migrate import definitions, fence, postdata
 from bottler.migrate.catalog import table_info, user_tables
 from bottler.migrate.status import status
 from bottler.migrate.verify import VerifyReport, verify
+from capture.source import standby
 from common.errors import BottlerError
 from common.kafka import Connection
 from common.lsn import Lsn
@@ -57,6 +64,7 @@ class Options:
     fence_timeout: float = 300.0
     replica_stop_timeout: float = 300.0
     max_keys: int = 20
+    primary: str | None = None  # the source's primary when the source is a standby
 
 
 @dataclass
@@ -101,13 +109,16 @@ def _table_topics(src: psycopg.Connection, prefix: str) -> dict[str, str]:
     return {table_topic(prefix, s, t): f"{s}.{t}" for s, t in user_tables(src)}
 
 
-def preconditions(o: Options, src: psycopg.Connection, dst: psycopg.Connection) -> list[Check]:
+def preconditions(o: Options, src: psycopg.Connection, dst: psycopg.Connection,
+                  writer: psycopg.Connection) -> list[Check]:
+    """``writer``: where the fence is written, the source itself or its primary."""
     checks: list[Check] = []
     # The capture holds its slot: the fence can be confirmed.
     state = fence.slot_confirmed(src, o.slot)
     if state is None:
         checks.append(Check(False, f"capture: no replication slot {o.slot} in the source "
-                                   "(pass the capture's --slot)"))
+                                   "(pass the capture's --slot; a capture on a standby: the "
+                                   "standby as --source, its primary as --primary)"))
     else:
         confirmed, active = state
         checks.append(Check(bool(active), f"capture: slot {o.slot} "
@@ -115,8 +126,8 @@ def preconditions(o: Options, src: psycopg.Connection, dst: psycopg.Connection) 
                                "not held by any capture: start `bottler capture`")
                             + (f", confirmed up to {Lsn(confirmed)}"
                                if confirmed else "")))
-    can_emit = src.execute("select has_function_privilege(%s, 'execute')",
-                           (emit_message_function(src),)).fetchone()[0]
+    can_emit = writer.execute("select has_function_privilege(%s, 'execute')",
+                              (emit_message_function(writer),)).fetchone()[0]
     checks.append(Check(can_emit, "fence: this role may call pg_logical_emit_message"
                         if can_emit else "fence: this role may not call "
                         "pg_logical_emit_message: run the cutover as a superuser or grant it"))
@@ -137,14 +148,18 @@ def preconditions(o: Options, src: psycopg.Connection, dst: psycopg.Connection) 
                                 "; nothing published yet for " + ", ".join(missing_topics)
                                 if missing_topics else "")))
     checks.append(_tables_check(src, dst))
-    checks.append(_transactions_check(o, src))
+    checks.append(_transactions_check(o, writer))
     problem = postdata.pg_dump_problem(src.info.server_version)
     checks.append(Check(problem is None, f"pg_dump: {problem or 'can dump the source'}"))
     if o.fence_roles:
-        problems = fence.RoleFence(o.source, o.fence_roles).check(src)
+        problems = fence.RoleFence(_writer_dsn(o, src, writer), o.fence_roles).check(writer)
         checks.append(Check(not problems, "fence roles: " + ("; ".join(problems) or
                             ", ".join(o.fence_roles) + " will be fenced out")))
     return checks
+
+
+def _writer_dsn(o: Options, src: psycopg.Connection, writer: psycopg.Connection) -> str:
+    return o.source if writer is src else o.primary
 
 
 def _tables_check(src: psycopg.Connection, dst: psycopg.Connection) -> Check:
@@ -211,9 +226,10 @@ def run(o: Options, say=print) -> Cutover:
         c.steps.append((name, now - step_at))
         step_at = now
 
-    with connect(o.source, autocommit=True) as src, connect(o.target, autocommit=True) as dst:
+    with connect(o.source, autocommit=True) as src, connect(o.target, autocommit=True) as dst, \
+            _writer(o, src) as writer:
         try:
-            c.preconditions = preconditions(o, src, dst)
+            c.preconditions = preconditions(o, src, dst, writer)
         except psycopg.Error as exc:
             raise BottlerError(f"checking the preconditions failed: {redact(str(exc).strip())}"
                                ) from None
@@ -227,9 +243,9 @@ def run(o: Options, say=print) -> Cutover:
         if o.dry_run:
             c.verdict = READY
             return c
-        roles = fence.RoleFence(o.source, o.fence_roles)
+        roles = fence.RoleFence(_writer_dsn(o, src, writer), o.fence_roles)
         try:
-            _fenced(c, o, src, dst, roles, say, step)
+            _fenced(c, o, src, dst, writer, roles, say, step)
         except fence.FenceTimeout as exc:
             c.verdict = NO_GO
             c.reasons.append(str(exc))
@@ -243,7 +259,20 @@ def run(o: Options, say=print) -> Cutover:
         return c
 
 
-def _fenced(c: Cutover, o: Options, src, dst, roles: fence.RoleFence, say, step) -> None:
+@contextmanager
+def _writer(o: Options, src: psycopg.Connection) -> Iterator[psycopg.Connection]:
+    """Where the fence is written: the source, or its primary when it is a standby (refused
+    in one line without --primary, as the capture refuses it)."""
+    primary = standby.primary_of(src, o.primary)
+    if primary is None:
+        yield src
+        return
+    with primary:
+        yield primary
+
+
+def _fenced(c: Cutover, o: Options, src, dst, writer, roles: fence.RoleFence, say,
+            step) -> None:
     if o.fence_roles:
         roles.apply()
         c.roles_fenced = list(o.fence_roles)
@@ -251,7 +280,7 @@ def _fenced(c: Cutover, o: Options, src, dst, roles: fence.RoleFence, say, step)
         say(f"fence: roles {', '.join(o.fence_roles)} fenced out of the source "
             f"({roles.ended} sessions ended)")
     topics = set(_table_topics(src, o.prefix)) | {with_prefix(o.prefix, TRUNCATE)}
-    lsn = fence.emit(src, "fence")
+    lsn = fence.emit(writer, "fence")
     c.fence_at, c.fence_lsn = time.time(), str(Lsn(lsn))
     say(f"fence: written at {c.fence_lsn}; waiting for the capture to confirm it")
     fence.wait_published(src, o.slot, lsn, o.fence_timeout)
@@ -289,7 +318,8 @@ def _fenced(c: Cutover, o: Options, src, dst, roles: fence.RoleFence, say, step)
     step("replica stopped")
 
     say("sequences, identity columns, defaults and CHECK constraints:")
-    c.definitions = definitions.carry(src, dst, o.sequence_margin, progress=say)
+    # the primary's sequences: a standby's read up to 32 values ahead (what the primary logged)
+    c.definitions = definitions.carry(writer, dst, o.sequence_margin, progress=say)
     for s in c.definitions.sequences:
         say(f"  sequence {s.name} set to {s.value}" + ("" if s.is_called else " (unused)"))
     step("sequences")
@@ -303,7 +333,7 @@ def _fenced(c: Cutover, o: Options, src, dst, roles: fence.RoleFence, say, step)
         return
 
     # The closing fence: nothing reached the topics after the first one.
-    lsn = fence.emit(src, "close")
+    lsn = fence.emit(writer, "close")
     fence.wait_published(src, o.slot, lsn, o.fence_timeout)
     after, _ = fence.end_positions(o.broker, topics)
     grown = sorted(f"{t}[{p}] +{after[(t, p)] - n}" for (t, p), n in positions.items()

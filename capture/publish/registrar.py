@@ -92,10 +92,7 @@ class Registrar:
     def _register_incompatible(self, subject: str, text: str, reason: str) -> int:
         log.warning("%s: the new schema is not compatible with the previous version (%s); "
                     "registering it as a new version with compatibility NONE", subject, reason)
-        try:
-            previous = self.client.get_compatibility(subject)
-        except SchemaRegistryError:
-            previous = None  # the subject follows the global level
+        previous = self._own_level(subject)
         self.client.set_compatibility(subject, "NONE")
         try:
             return self.client.register_schema(subject, Schema(text, "AVRO"))
@@ -103,4 +100,18 @@ class Registrar:
             if previous:
                 self.client.set_compatibility(subject, previous)
             else:
+                # Apicurio keeps a subject's level NONE when asked to delete it: one it deletes
+                # first takes another (Confluent's registry and ours delete either)
+                self.client.set_compatibility(subject, "BACKWARD")
                 self.client.delete_config(subject)
+
+    def _own_level(self, subject: str) -> str | None:
+        """The level of its own of a subject that just refused a schema; None when it follows
+        the global one. Confluent's registry and ours answer 404 for a subject without one;
+        Apicurio answers NONE (its default, whatever the global level): a subject of its own
+        NONE would have taken the schema (docs/operations.md, "Another schema registry")."""
+        try:
+            level = self.client.get_compatibility(subject)
+        except SchemaRegistryError:
+            return None
+        return None if level == "NONE" else level

@@ -45,8 +45,8 @@ def primary_of(catalog: psycopg.Connection, primary: str | None) -> psycopg.Conn
             f"pg_reload_conf(); (see {DOC})")
     if not primary:
         raise BottlerError(
-            "the source is a standby, which is read-only: what the capture writes (its "
-            "publications, heartbeats, snapshot requests) goes to the primary",
+            "the source is a standby, which is read-only: what bottler writes (the capture's "
+            "publications, heartbeats, snapshot requests, the cutover's fence) goes to the primary",
             f"pass --primary with the primary's DSN, naming the same database (see {DOC})")
     conn = session_connect(primary, autocommit=True)
     try:
@@ -67,7 +67,7 @@ def _check_primary(standby: psycopg.Connection, conn: psycopg.Connection, dsn: s
                            "give the DSN of the primary the standby replicates from")
     if database != standby.info.dbname:
         raise BottlerError(
-            f"--primary names database {database}, the source (--postgres) {standby.info.dbname}",
+            f"--primary names database {database}, the source {standby.info.dbname}",
             "name the same database in both DSNs")
     ours, theirs = (c.execute("select system_identifier::text from pg_control_system()")
                     .fetchone()[0] for c in (standby, conn))

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from pydantic import Field
 
-from common import options
+from common import gctune, options
 from common.config import MetricsSettings
 from common.errors import BottlerError
 from common.flags import Flag
@@ -88,6 +88,7 @@ def materialize_search(s: SearchSettings) -> None:
     s.check_clients()
     options.serve_metrics(s.metrics_port, s.metrics_host)
     reader = LiveReader(SearchClient(s.search), s.index, reader_options)
+    gctune.tune()
     if s.once:
         reader.run_until_caught_up()
         return
@@ -118,6 +119,7 @@ def reindex(
         return
     reader_options = _reader_options(s)
     s.check_clients()
+    gctune.tune()
     run_reindex(client, name, reader_options, max_lag=s.max_lag, retention=s.retention,
                 keep_old=s.keep_old, handover_timeout=s.handover_timeout, timeout=s.timeout,
                 say=lambda line: console.print(line, highlight=False),

@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -95,10 +96,11 @@ class SearchClient:
 
     def request(self, method: str, path: str, body: Any = None, *,
                 params: dict[str, Any] | None = None, ndjson: bool = False,
-                ok: tuple[int, ...] = ()) -> Any:
+                ok: tuple[int, ...] = (), decode: Callable[[bytes], Any] | None = None) -> Any:
         """The decoded JSON answer. ``body`` is a JSON-able value, or bytes sent as they are
         (``ndjson``: with the bulk content type). A status in ``ok`` is returned as the answer
-        instead of raising (``{"status": 404, ...}``)."""
+        instead of raising (``{"status": 404, ...}``). ``decode``: how a successful answer is
+        read (JSON by default)."""
         url = self.url + path
         if params:
             url += "?" + urlencode({k: _param(v) for k, v in params.items()})
@@ -117,7 +119,8 @@ class SearchClient:
                 reason = str(exc)
             else:
                 status = response.status
-                answer = _decode(response.data)
+                answer = (decode if decode is not None and status < 300 else decode_answer)(
+                    response.data)
                 if status < 300 or status in ok:
                     if isinstance(answer, dict) and status >= 300:
                         answer.setdefault("status", status)
@@ -171,7 +174,8 @@ def _param(value: Any) -> str:
     return str(value)
 
 
-def _decode(data: bytes) -> Any:
+def decode_answer(data: bytes) -> Any:
+    """An answer's JSON (an error object if it is not JSON)."""
     if not data:
         return None
     try:

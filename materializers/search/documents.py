@@ -66,6 +66,10 @@ class Layout:
 
 def key_text(key: dict[str, Any]) -> str:
     """The primary key as text: a one-column key's value, else a JSON array of the values."""
+    if len(key) == 1:  # the common key, per row: an integer or a text
+        value, = key.values()
+        if value.__class__ is int or value.__class__ is str:
+            return str(value)
     values = [plain_json(v) for v in key.values()]
     if len(values) == 1 and isinstance(values[0], str | int) and not isinstance(values[0], bool):
         return str(values[0])

@@ -4,25 +4,26 @@ delta-spark's ``DeltaTable.merge``. No Python worker and no row on the driver: t
 the Kafka source through the JVM into Delta.
 
 Per micro-batch (``foreachBatch``; ``trigger(availableNow=True)`` for ``--once``, a processing
-time trigger for the continuous job), for each table topic that has rows in the batch:
+time trigger for the continuous job):
 
-1. decode (spark_avro.py): the value with the writer schema of its schema id (every version
-   registered under the topic's subject), read as the topic's latest schema, so older rows take
-   the newest columns and their Avro defaults; a tombstone is a delete, its key decoded alone;
-2. keep the last change per key by ``(partition, offset)`` (``max_by``, a hash aggregate);
-3. one Delta commit: a MERGE (``whenMatchedDelete`` for deletes, ``whenMatchedUpdateAll`` and
-   ``whenNotMatchedInsertAll`` for upserts), or the table's first rows appended, or an unkeyed
-   table's rows appended; the commit records the topic-partition's next offset as its Delta
-   transaction identifier (``txnAppId``/``txnVersion``), so a replayed batch commits nothing
-   twice. A table with no change in the batch gets no commit.
+1. the truncate control topic's new events (a handful, read on the driver): each names a table
+   topic and its barrier, the offset per partition before which its messages are void;
+2. for each table topic that moved or was truncated, decode (spark_avro.py): the value with the
+   writer schema of its schema id (every version registered under the topic's subject), read as
+   the topic's latest schema, so older rows take the newest columns, their Avro defaults, or the
+   default a column was added with; a tombstone is a delete, its key decoded alone. After a
+   truncate only the rows from its barrier on count; those before the stream's position (the
+   truncate read after them) are read again with a batch read of Spark's Kafka source;
+3. the commits (spark_merge.py): per topic-partition, the last change per key merged (a
+   ``max_by`` hash aggregate, then ``DeltaTable.merge``), or the table's first rows appended, or
+   an unkeyed table's rows appended; after a truncate the first of them overwrites the table.
+   Each commit records its topic-partition's next offset as its Delta transaction identifier
+   (``txnAppId``/``txnVersion``), so a replayed batch commits nothing twice. A table with no
+   change in the batch gets no commit;
+4. the truncate topic's offsets, in the warehouse's offsets table (sink.py), last.
 
 Delta stays the truth: the query starts from the offsets the tables recorded (read before it
 starts, ``startingOffsets``); its checkpoint is a scratch directory of the run.
-
-Not yet done on this route (the default route does them; see docs/warehouse.md): truncates (a
-truncate event stops the job with one line), a column added with a default filled into the rows
-already in Delta, PostgreSQL array columns, and table topics of several partitions (delta-spark
-records one transaction identifier per commit).
 """
 
 from __future__ import annotations
@@ -43,13 +44,15 @@ from common.errors import BottlerError
 from common.kafka import Connection
 from common.registry_client import Registry, registry_client
 from materializers.core.changes import TopicPartition
+from materializers.core.decode import DecodeError, truncate_event
 from materializers.core.ownership import OwnedTopics
 from materializers.core.poison import DeadLetters
 from materializers.warehouse import kafka, stream
-from materializers.warehouse.batch import DELETE, OFFSET, PARTITION
-from materializers.warehouse.delta import app_id, claim, open_table, stored_offsets
+from materializers.warehouse.delta import open_table, stored_offsets
 from materializers.warehouse.sink import DeltaSink, table_path
-from materializers.warehouse.spark_avro import TopicSchemas, decoded, rows, topic_schemas
+from materializers.warehouse.source import decoder
+from materializers.warehouse.spark_avro import decoded, missing_struct, rows, topic_schemas
+from materializers.warehouse.spark_merge import TopicWrite
 from schemas.topics import DEAD_LETTER, TRUNCATE, table_topics, with_prefix
 
 log = logging.getLogger(__name__)
@@ -70,6 +73,7 @@ CHECKPOINT_PREFIX = "bottler-warehouse-checkpoint-"
 class RouteResult:
     messages: int = 0
     changes: int = 0
+    truncates: int = 0
     dead_letters: int = 0
     commits: int = 0
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
@@ -87,6 +91,7 @@ class SparkRoute:
         self.spark, self.root = spark, Path(root)
         self.bootstrap, self.registry = bootstrap, registry
         self.client = registry_client(registry)
+        self.decoder = decoder(registry)  # the truncate events'
         self.prefix, self.name = prefix, name
         self.topics = list(topics) if topics else None
         self.max_messages = max_messages
@@ -149,11 +154,13 @@ class SparkRoute:
             try:
                 result = self.batch(frame, ends, positions)
                 positions.update(ends)
+                positions.update(result.offsets)  # a truncate's barrier past the batch's end
             except BottlerError as exc:  # one line, not Spark's stack traces
                 failure.append(exc)
                 return
             total.messages += result.messages
             total.changes += result.changes
+            total.truncates += result.truncates
             total.dead_letters += result.dead_letters
             total.commits += result.commits
             total.offsets.update(result.offsets)
@@ -183,41 +190,108 @@ class SparkRoute:
 
     def batch(self, frame: Any, ends: dict[TopicPartition, int],
               begins: dict[TopicPartition, int]) -> RouteResult:
-        """One micro-batch of Spark's Kafka rows, from ``begins`` up to ``ends`` (the source's
-        offsets, from the query's offset log): each table topic that moved merged."""
+        """One micro-batch of Spark's Kafka rows, up to ``ends`` (the source's offsets, from
+        the query's offset log), each partition from ``begins`` (where its table stands: rows
+        before it are passed over): the truncate events first (each moves its topic to its
+        barrier), then each table topic that moved or was truncated, then the truncate topic's
+        offsets (made last: a truncate applied again after a crash is harmless)."""
         from pyspark.sql import functions as F  # noqa: N812
 
         started = time.monotonic()
         result = RouteResult()
         moved = {tp: end for tp, end in ends.items() if end > begins.get(tp, 0)}
-        for topic in sorted({t for t, _ in moved}):
-            offsets = {tp: end for tp, end in moved.items() if tp[0] == topic}
-            result.messages += sum(end - begins.get(tp, 0) for tp, end in offsets.items())
-            if topic == self.truncate_topic:
-                raise BottlerError(
-                    f"{self.name}: a truncate (topic {topic}): the spark route does not "
-                    "apply truncates yet", "run the warehouse without --route spark")
-            self._topic(frame.where(F.col("topic") == topic), topic, offsets, result)
+        control = {tp: end for tp, end in moved.items() if tp[0] == self.truncate_topic}
+        barriers = self._barriers(frame, control, begins, result) if control else {}
+        for topic in sorted({t for t, _ in moved if t != self.truncate_topic} | set(barriers)):
+            barrier = barriers.get(topic, {})
+            parts = {tp for tp in moved if tp[0] == topic} | set(barrier)
+            starts = {tp: max(begins.get(tp, 0), barrier.get(tp, 0)) for tp in parts}
+            result.messages += sum(end - begins.get(tp, 0) for tp, end in moved.items()
+                                   if tp[0] == topic)
+            rows = frame.where((F.col("topic") == topic) & _from(starts))
+            # a truncate read after its topic's later rows: those applied again, after it
+            again = {tp: (b, begins[tp]) for tp, b in barrier.items() if b < begins.get(tp, 0)}
+            if again:
+                rows = rows.unionByName(self._read(again))
+            targets = {tp: max(starts[tp], ends.get(tp, 0)) for tp in parts}
+            self._topic(rows, topic, targets, bool(barrier), result)
+        if control:
+            result.messages += sum(end - begins.get(tp, 0) for tp, end in control.items())
+            self.sink._store_elsewhere(control)
+            result.offsets.update(control)
         if result.messages:
-            log.info("%s: %d messages (%.0f/s), %d commits in %.1f s", self.name,
+            log.info("%s: %d messages (%.0f/s), %d truncates, %d commits in %.1f s", self.name,
                      result.messages, result.messages / max(time.monotonic() - started, 1e-6),
-                     result.commits, time.monotonic() - started)
+                     result.truncates, result.commits, time.monotonic() - started)
         return result
 
-    def _topic(self, frame: Any, topic: str, offsets: dict[TopicPartition, int],
-               result: RouteResult) -> None:
+    def _barriers(self, frame: Any, control: dict[TopicPartition, int],
+                  begins: dict[TopicPartition, int], result: RouteResult
+                  ) -> dict[str, dict[TopicPartition, int]]:
+        """The barriers of the batch's truncate events (a handful, read on the driver), per
+        table topic: the last event's of each (barriers only move forward)."""
         from pyspark.sql import functions as F  # noqa: N812
 
-        if len(offsets) > 1:
-            raise BottlerError(
-                f"{topic} has {len(offsets)} partitions: delta-spark records one transaction "
-                "identifier per commit", "run the warehouse without --route spark")
+        events = (frame.where(F.col("topic") == self.truncate_topic)
+                  .select("partition", "offset", "key", "value").collect())
+        barriers: dict[str, dict[TopicPartition, int]] = {}
+        for row in sorted(events, key=lambda r: (r["partition"], r["offset"])):
+            tp = (self.truncate_topic, row["partition"])
+            if tp not in control or row["offset"] < begins.get(tp, 0):
+                continue
+            value = bytes(row["value"]) if row["value"] is not None else None
+            try:
+                topic, _, barrier = truncate_event(self.decoder, value)
+            except DecodeError as exc:
+                self.dead_letters.at(tp[0], tp[1], row["offset"], str(exc), "DecodeError",
+                                     (row["key"], row["value"]))
+                result.dead_letters += 1
+                continue
+            if self._is_table_topic(topic):
+                barriers[topic] = {(topic, p): o for p, o in barrier.items()}
+                result.truncates += 1
+        if result.dead_letters:
+            self.dead_letters.flush()
+        return barriers
+
+    def _read(self, ranges: dict[TopicPartition, tuple[int, int]]) -> Any:
+        """The Kafka rows of ``ranges`` (``tp -> (from, to)``), a batch read of Spark's Kafka
+        source: the rows a truncate's replay needs from before the stream's position."""
+        reader = self.spark.read.format("kafka")
+        for name, value in kafka.java_properties(self.bootstrap).items():
+            reader = reader.option(name, value)
+        start: dict[str, dict[str, int]] = {}
+        end: dict[str, dict[str, int]] = {}
+        for (topic, partition), (lo, hi) in ranges.items():
+            start.setdefault(topic, {})[str(partition)] = lo
+            end.setdefault(topic, {})[str(partition)] = hi
+        return (reader.option("assign", json.dumps({t: sorted(int(p) for p in ps)
+                                                    for t, ps in start.items()}))
+                .option("startingOffsets", json.dumps(start))
+                .option("endingOffsets", json.dumps(end))
+                .option("failOnDataLoss", "false").load())
+
+    def _topic(self, frame: Any, topic: str, targets: dict[TopicPartition, int],
+               truncated: bool, result: RouteResult) -> None:
+        """The rows of ``topic`` decoded, its poison set aside, the rest committed: one commit
+        per partition of ``targets`` (spark_merge.py)."""
+        from pyspark.sql import functions as F  # noqa: N812
+
         schemas = topic_schemas(self.client, topic)
         if schemas is None:
             return
+        path = table_path(self.root, schemas.table)
+        result.offsets.update(targets)
+        table = open_table(path) if not truncated else None
+        if table is not None:  # partitions the table records as done: a replay, nothing to do
+            done = stored_offsets(table, targets)
+            targets = {tp: o for tp, o in targets.items() if done.get(tp, -1) < o}
+            if not targets:
+                return
         columns, unfit = rows(schemas.latest, "v")
+        missing = missing_struct(schemas)
         frame = frame.select("partition", "offset", "key", "value",
-                             decoded("value", schemas.values, schemas.latest).alias("v"))
+                             decoded("value", schemas.values, schemas.latest, missing).alias("v"))
         poison = F.col("value").isNotNull() & F.col("v").isNull()
         if unfit is not None:
             poison = poison | (F.col("v").isNotNull() & unfit)
@@ -225,79 +299,13 @@ class SparkRoute:
         frame = frame.withColumn("_poison", poison).persist()
         try:
             self._dead_letters(frame.where("_poison"), topic, result)
-            self._write(frame.where("NOT _poison"), topic, schemas, columns, offsets, result)
+            self.sink._check_own(path, schemas.table, targets)
+            write = TopicWrite(self.spark, path, schemas, columns, missing)
+            write.write(frame.where("NOT _poison"), targets, truncated)
         finally:
             frame.unpersist()
-
-    def _write(self, frame: Any, topic: str, schemas: TopicSchemas, columns: list[Any],
-               offsets: dict[TopicPartition, int], result: RouteResult) -> None:
-        from pyspark.sql import functions as F  # noqa: N812
-
-        keys = schemas.key_columns()
-        path = table_path(self.root, schemas.table)
-        self.sink._check_own(path, schemas.table, offsets)
-        table = open_table(path)
-        if keys is None:  # unkeyed: every upsert appended with its place in the topic
-            source = frame.where("value IS NOT NULL").select(
-                *columns, F.col("partition").alias(PARTITION), F.col("offset").alias(OFFSET))
-            result.changes += self._commit(
-                path, offsets, lambda txn: source.write.format("delta").mode("append")
-                .options(**txn).option("mergeSchema", "true").save(str(path)))
-            result.commits += 1
-            result.offsets.update(offsets)
-            return
-        key_columns, _ = rows(schemas.latest_key, "k", "_key_")
-        keyed = frame.select(
-            "partition", "offset", "v",
-            decoded("key", schemas.keys, schemas.latest_key).alias("k"),
-            F.col("value").isNull().alias(DELETE))
-        # the last change of each key, by (partition, offset): a hash aggregate, no sort
-        last = keyed.groupBy("k").agg(F.max_by(F.struct("v", DELETE), F.struct(
-            "partition", "offset")).alias("last")).select("k", "last.*")
-        source = last.select(*columns, *key_columns, DELETE)
-        for k in keys:  # a delete's key columns come from its key
-            source = source.withColumn(k, F.coalesce(F.col(k), F.col(f"_key_{k}")))
-        source = source.drop(*[f"_key_{k}" for k in keys])
-        if table is None:  # its first rows: an append of the upserts
-            claim(path)
-            first = source.where(f"NOT {DELETE}").drop(DELETE)
-            result.changes += self._commit(
-                path, offsets, lambda txn: first.write.format("delta").mode("append").options(**txn)
-                .save(str(path)))
-        else:
-            result.changes += self._commit(path, offsets,
-                                           lambda _txn: self._merge(str(path), source, keys))
-        result.commits += 1
-        result.offsets.update(offsets)
-
-    def _merge(self, path: str, source: Any, keys: list[str]) -> None:
-        from delta.tables import DeltaTable
-
-        on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
-        (DeltaTable.forPath(self.spark, path).alias("t").merge(source.alias("s"), on)
-         .whenMatchedDelete(f"s.{DELETE}")
-         .whenMatchedUpdateAll(f"NOT s.{DELETE}")
-         .whenNotMatchedInsertAll(f"NOT s.{DELETE}").execute())
-
-    def _commit(self, path: Path, offsets: dict[TopicPartition, int], write) -> int:
-        """``write(txn)`` as one Delta commit recording ``offsets`` (one topic-partition) as its
-        transaction identifier: a DataFrame write takes ``txn`` as its options, a MERGE the same
-        from the session's configuration. A batch replayed after a crash finds its version
-        recorded and commits nothing."""
-        (tp, offset), = offsets.items()
-        table = open_table(path)
-        if table is not None and (stored_offsets(table, [tp]).get(tp, -1) >= offset):
-            return 0  # committed already (a replay)
-        conf = self.spark.conf
-        conf.set("spark.databricks.delta.schema.autoMerge.enabled", "true")
-        conf.set("spark.databricks.delta.write.txnAppId", app_id(tp))
-        conf.set("spark.databricks.delta.write.txnVersion", str(offset))
-        try:
-            write({"txnAppId": app_id(tp), "txnVersion": str(offset)})
-        finally:
-            conf.unset("spark.databricks.delta.write.txnAppId")
-            conf.unset("spark.databricks.delta.write.txnVersion")
-        return _rows(open_table(path))
+        result.changes += write.changes
+        result.commits += write.commits
 
     def _dead_letters(self, poison: Any, topic: str, result: RouteResult) -> None:
         """Messages that do not decode, or whose values Delta cannot hold: a handful, collected
@@ -312,8 +320,13 @@ class SparkRoute:
             self.dead_letters.flush()
 
 
-def _rows(table: Any) -> int:
-    """The source rows of the table's last commit (its operation metrics): the changes it
-    applied after the per-key dedupe."""
-    metrics = (table.history(1)[0].get("operationMetrics") or {}) if table is not None else {}
-    return int(metrics.get("numSourceRows") or metrics.get("numOutputRows") or 0)
+
+def _from(starts: dict[TopicPartition, int]) -> Any:
+    """The rows at or after their partition's start."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    cond = None
+    for (_, partition), start in starts.items():
+        c = (F.col("partition") == partition) & (F.col("offset") >= start)
+        cond = c if cond is None else cond | c
+    return cond if cond is not None else F.lit(False)

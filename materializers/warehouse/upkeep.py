@@ -167,16 +167,19 @@ class KeptRoute(SparkRoute):
               begins: dict[TopicPartition, int]) -> Any:
         result = super().batch(frame, ends, begins)
         try:
-            self.upkeep.after_batch([self._table(t)
-                                     for t in sorted({t for t, _ in result.offsets})])
+            topics = sorted({t for t, _ in result.offsets} - {self.truncate_topic})
+            self.upkeep.after_batch([p for t in topics if (p := self._table(t)) is not None])
         except Exception as exc:  # noqa: BLE001 - the batch is committed: housekeeping waits
             log.warning("warehouse: housekeeping failed, tried again after a later batch: %s",
                         exc)
         return result
 
-    def _table(self, topic: str) -> Path:
-        if topic not in self._tables:  # a topic's table keeps its name
+    def _table(self, topic: str) -> Path | None:
+        """The path of ``topic``'s table (a topic's table keeps its name); None while the topic
+        has no value schema (nothing but tombstones in it)."""
+        if topic not in self._tables:
             schemas = topic_schemas(self.client, topic)
-            assert schemas is not None  # the batch committed rows of it
+            if schemas is None:
+                return None
             self._tables[topic] = table_path(self.root, schemas.table)
         return self._tables[topic]

@@ -92,16 +92,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--migration-only", action="store_true",
                         help="only the migration figures: the initial copy against pg_dump | "
                              "psql, the cutover's downtime, the verify rate")
+    parser.add_argument("--capture-only", action="store_true",
+                        help="only the capture's figures (stream, snapshot) and their ceilings")
+    parser.add_argument("--search-only", action="store_true",
+                        help="only the search rebuild against the engine's own _bulk")
+    parser.add_argument("--pg-version", metavar="N",
+                        help="the stack's PostgreSQL major [the first found, as `stack up`]")
     args = parser.parse_args(argv)
     rows = args.rows
     header = [code_line(), machine_line() + " at the start"]
     started = time.monotonic()
     figures: list[Figure] = []
     scaling: list[ScalePoint] = []
-    with isolated_stack() as stack:
+    with isolated_stack(args.pg_version) as stack:
         ep = stack.endpoints
         env = {"BOTTLER_PG_DSN": ep.pg_dsn, "BOTTLER_KAFKA": ep.kafka,
                "BOTTLER_REGISTRY": ep.registry}
+        header.append(f"PostgreSQL {stack.postgres.data_version()}")
         cpu_roots = {"postgres": stack.postgres.running_pid(),
                      "broker": stack.broker.running_pid(),
                      "search engine": stack.search_engine.running_pid()}
@@ -118,6 +125,10 @@ def main(argv: list[str] | None = None) -> None:
             figures += migration(ep.pg_dsn, ep.kafka, env, SNAPSHOT_TABLE, rows, cpu_roots)
         elif args.large_transactions_only:
             figures += large_transactions(ep.pg_dsn, ep.kafka, env, LARGE_FACTOR * rows, say)
+        elif args.capture_only:
+            figures += _capture(ep, env, rows, cpu_roots, args.profile)
+        elif args.search_only:
+            figures += _search(ep, env, SNAPSHOT_TABLE, rows, cpu_roots)
         else:
             figures += _capture(ep, env, rows, cpu_roots, args.profile)
             figures += large_transactions(ep.pg_dsn, ep.kafka, env, LARGE_FACTOR * rows, say)
@@ -132,7 +143,8 @@ def main(argv: list[str] | None = None) -> None:
                 scaling += _scale(ep, env, size, cpu_roots)
             say("broker ceiling")
             figures.append(ceilings.broker_produce(ep.kafka, cpu_roots["broker"]))
-    if not (args.replica_only or args.migration_only or args.large_transactions_only):
+    if not (args.replica_only or args.migration_only or args.large_transactions_only
+            or args.capture_only or args.search_only):
         say(f"warehouse: MERGE of {rows // 10:,} changes into a {rows:,}-row Delta table")
         figures += warehouse(rows, rows // 10, say=say)
         figures += warehouse_rss(rows, say=say)

@@ -43,9 +43,10 @@ def _colour(f: Figure) -> str:
 
 def _bars(figures: Sequence[Figure], values: list[float], marks: list[float | None],
           xlabel: str, title: str, path: Path, reference: float | None = None,
-          log: bool = False) -> None:
-    """Horizontal bars, the first figure on top, each with its target as a black tick."""
-    fig, ax = plt.subplots(figsize=(WIDTH, 1.2 + ROW * len(figures)))
+          log: bool = False, label: int = 60, row: float = ROW) -> None:
+    """Horizontal bars, the first figure on top, each with its target as a black tick;
+    ``label`` characters of each figure's name (a line of it) at most."""
+    fig, ax = plt.subplots(figsize=(WIDTH, 1.2 + row * len(figures)))
     ys = range(len(figures))[::-1]
     ax.barh(list(ys), values, color=[_colour(f) for f in figures], height=0.6)
     for y, value in zip(ys, values, strict=True):
@@ -57,7 +58,8 @@ def _bars(figures: Sequence[Figure], values: list[float], marks: list[float | No
         ax.legend(loc="upper right", fontsize=8)
     if reference is not None:
         ax.axvline(reference, color="black", linewidth=0.8, linestyle=":")
-    ax.set_yticks(list(ys), [_short(f.name) for f in figures], fontsize=8)
+    ax.set_yticks(list(ys), ["\n".join(_short(line, label) for line in f.name.split("\n"))
+                             for f in figures], fontsize=8)
     ax.set_xlabel(xlabel)
     ax.set_title(title)
     shown = [v for v in (*values, *(m for _, m in marked), reference) if v]
@@ -80,6 +82,15 @@ def ratios(figures: Sequence[Figure], path: Path) -> None:
           "ratio to the raw ceiling measured in the same run (1 = as fast as the ceiling)",
           "Rates against their raw ceilings (green: target met, red: missed)", path,
           reference=1.0, log=True)
+
+
+def peer_ratios(figures: Sequence[Figure], path: Path) -> None:
+    """bench-peers: each figure as bottler ÷ Debezium (its name: what, then both values), green
+    where bottler is better (a higher rate, a lower cost), red where it is not."""
+    _bars(figures, [f.value for f in figures], [None] * len(figures),
+          "bottler ÷ Debezium (log scale; 1 = the same)",
+          "bottler against Debezium (green: bottler better, red: worse)", path,
+          reference=1.0, log=True, label=78, row=0.55)
 
 
 def latencies(figures: Sequence[Figure], path: Path) -> None:

@@ -6,6 +6,7 @@ directory removed by ``cleanup()``."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -14,6 +15,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from psycopg.conninfo import conninfo_to_dict
 
 from compose import jars
 from compose.procs import free_port
@@ -47,6 +50,48 @@ WORKER = {
     "consumer.fetch.min.bytes": "1048576",
     "consumer.fetch.max.wait.ms": "100",
 }
+
+# Debezium's PostgreSQL connector, tuned for throughput as its documentation advises; its topics
+# stamped with the broker's append time, as the capture's (for the latency figure).
+SOURCE = {
+    "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+    "tasks.max": "1",
+    "plugin.name": "pgoutput",
+    "publication.autocreate.mode": "filtered",
+    "snapshot.mode": "initial",
+    "max.batch.size": "20480",  # default 2048
+    "max.queue.size": "81920",  # default 8192; at least max.batch.size × 4
+    "poll.interval.ms": "50",  # default 500
+    "snapshot.fetch.size": "20480",  # default 10240
+    "topic.creation.default.replication.factor": "1",
+    "topic.creation.default.partitions": "1",
+    "topic.creation.default.message.timestamp.type": "LogAppendTime",
+}
+# Debezium's JDBC sink: upserts keyed by the record key, batches as large as one poll.
+SINK = {
+    "connector.class": "io.debezium.connector.jdbc.JdbcSinkConnector",
+    "tasks.max": "1",
+    "insert.mode": "upsert",
+    "primary.key.mode": "record_key",
+    "delete.enabled": "true",
+    "schema.evolution": "none",
+    "batch.size": "10000",  # default 500
+    "collection.name.format": "${source.table}",
+}
+
+
+def database_settings(dsn: str) -> dict[str, str]:
+    """Debezium's connection settings for the database of ``dsn``."""
+    pg = conninfo_to_dict(dsn)
+    return {"database.hostname": pg["host"], "database.port": str(pg["port"]),
+            "database.user": pg["user"], "database.password": pg["password"],
+            "database.dbname": pg["dbname"]}
+
+
+def key_id(key: bytes) -> int:
+    """The row's id from Debezium's JSON key (``{"schema": …, "payload": {"id": N}}``)."""
+    return int(json.loads(key)["payload"]["id"])
+
 
 LOG4J = """\
 status = error

@@ -16,6 +16,7 @@ import statistics
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 import psycopg
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, TopicPartition
@@ -46,12 +47,15 @@ def start_observer(target, args: tuple, total: int, seconds: float, what: str):
 
 
 def latency(dsn: str, bootstrap: str, table: str, topic: str, first_id: int, rate: float,
-            seconds: float, capture: CaptureProcess,
-            cpu_roots: dict[str, int | None]) -> list[Figure]:
+            seconds: float, capture: CaptureProcess, cpu_roots: dict[str, int | None],
+            key_id: Callable[[bytes], int] | None = None, who: str = "capture") -> list[Figure]:
+    """``key_id`` reads a row's id from its message's key (a module-level function: the
+    consumer's process imports it); the capture's Avro key by default. ``who`` names the
+    process streaming the rows (``capture``) in the CPU note."""
     total = int(rate * seconds)
-    consumer, results = start_observer(consume, (bootstrap, topic, first_id), total, seconds,
-                                       "latency consumer")
-    meter = CpuMeter({**cpu_roots, "capture": capture.pid}).start()
+    consumer, results = start_observer(consume, (bootstrap, topic, first_id, key_id or avro_id),
+                                       total, seconds, "latency consumer")
+    meter = CpuMeter({**cpu_roots, who: capture.pid}).start()
     committed, started, ended = write(dsn, table, first_id, total, rate)
     cpu = meter.note()
     arrived = results.get(timeout=seconds + DRAIN_TIMEOUT + 60)
@@ -145,7 +149,7 @@ def _writer(dsn, table, ids, rate, per_commit, start, committed, errors) -> None
 
 # -- the consumer (its own process, so its timing does not share our GIL) -------------------------
 
-def consume(bootstrap, topic, first_id, total, ready, results, timeout) -> None:
+def consume(bootstrap, topic, first_id, key_id, total, ready, results, timeout) -> None:
     """Put {id: (wall clock on arrival, timestamp type, timestamp ms)} of the messages of rows
     id ≥ first_id on ``results``."""
     consumer = Consumer({
@@ -166,11 +170,16 @@ def consume(bootstrap, topic, first_id, total, ready, results, timeout) -> None:
             now = time.time()
             if msg.error() or msg.key() is None:
                 continue
-            row_id = _avro_int(msg.key(), 5)  # Confluent framing: magic byte + schema id
+            row_id = key_id(msg.key())
             if row_id >= first_id and row_id not in arrived:
                 arrived[row_id] = (now, *msg.timestamp())
     consumer.close()
     results.put(arrived)
+
+
+def avro_id(key: bytes) -> int:
+    """The capture's key: Confluent's framing (magic byte, schema id), then the record."""
+    return _avro_int(key, 5)
 
 
 def _avro_int(buf: bytes, pos: int) -> int:

@@ -1,13 +1,10 @@
 """`make bench-peers`: bottler side by side with the incumbents on this machine, one after the
 other on the same table of ROWS rows (~100 B) and the same embedded stack's broker (issue 30):
 
-- PG→PG, the initial copy to target-equal, each checked by the same checksum (count and the sum
-  of a hash of every row's text) against the source:
-  - ``pg_dump | psql`` (tests/bench/migration.py), the floor;
-  - Debezium's PostgreSQL connector and its JDBC sink in one Kafka Connect worker (the target
-    table created beforehand as the source's), from the worker's start;
-  - ``bottler capture`` and ``bottler materialize postgres`` started together, from the
-    capture's start: through the topics (as Debezium goes), and seeded (``--seed-from``);
+- PG→PG (tests/bench/peers_pg2pg.py): the initial copy to target-equal (``pg_dump | psql``, the
+  floor; Debezium's connector and JDBC sink; ``bottler capture`` and ``bottler materialize
+  postgres``, through the topics and seeded), then the catch-up of --changes updates to
+  target-equal, each checked by the same checksum against the source;
 - capture against capture:
   - snapshot: Debezium's connector with a fresh slot, from the worker's start until the topic
     holds every row; ``bottler capture`` with a fresh slot, from its start until its snapshot
@@ -15,10 +12,11 @@ other on the same table of ROWS rows (~100 B) and the same embedded stack's brok
   - streaming catch-up: both stopped, ROWS more rows inserted in one transaction, each resumed
     in turn: from its start (and from its "streaming" log line) until its topic holds them;
   - the CPU seconds of each process from its start until done, per 1M rows (the broker's and
-    Postgres's apart), and each process's peak RSS (VmHWM).
+    Postgres's apart), and each process's peak RSS (VmHWM);
+  - live streaming and commit → broker latency, each tool in turn (tests/bench/peers_live.py).
 
-Debezium's settings are listed in the report (tests/bench/connect.py WORKER, SOURCE and SINK
-below). See docs/benchmarks.md "Against Debezium".
+The report (tests/bench/peers_report.py) lists Debezium's settings (tests/bench/connect.py
+WORKER, SOURCE and SINK). See docs/benchmarks.md "Against Debezium".
 """
 
 from __future__ import annotations
@@ -28,28 +26,24 @@ import re
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import psycopg
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
-from rich.console import Console
-from rich.table import Table
-
-from compose import jars
 from compose.stack import isolated_stack
-from tests.bench import connect, data
+from tests.bench import connect, data, peers_report
 from tests.bench.ceilings import drop_slot
-from tests.bench.kafka import TopicWatch, delete_topics, wait_until
+from tests.bench.kafka import TopicWatch, delete_topics
 from tests.bench.latency import TOPIC_CONFIG
-from tests.bench.migration import SEED_DONE, _database, _drop, _pg_dump
+from tests.bench.peers_live import Tool, live_and_latency
+from tests.bench.peers_pg2pg import pg2pg
+from tests.bench.peers_report import Row, Run, say, versions
 from tests.bench.procs import CaptureProcess, CpuMeter, cpu_seconds
-from tests.bench.replica import ReplicaProcess
-from tests.bench.report import _cell, code_line, machine_line
+from tests.bench.report import code_line, machine_line
 from tests.bench.snapshot import DEFAULT_WORKERS, DONE
 
 ROWS = 1_000_000
+LATENCY_RATE = 5_000  # single-row insert commits a second
+LATENCY_SECONDS = 20
+PARTS = ("pg2pg", "capture", "live", "latency")
 TABLE = "bench_peers"
 REPORT = Path(__file__).resolve().parents[2] / "bench-report"
 TIMEOUT = 1200  # seconds for any one run
@@ -62,88 +56,50 @@ SNAPSHOT_BOTTLER = r"created slot"
 STREAMING_DBZ = r"Starting streaming"
 STREAMING_BOTTLER = r"streaming from slot"
 
-# Debezium's PostgreSQL connector, tuned for throughput as its documentation advises.
-SOURCE = {
-    "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
-    "tasks.max": "1",
-    "plugin.name": "pgoutput",
-    "publication.autocreate.mode": "filtered",
-    "snapshot.mode": "initial",
-    "max.batch.size": "20480",  # default 2048
-    "max.queue.size": "81920",  # default 8192; at least max.batch.size × 4
-    "poll.interval.ms": "50",  # default 500
-    "snapshot.fetch.size": "20480",  # default 10240
-    "topic.creation.default.replication.factor": "1",
-    "topic.creation.default.partitions": "1",
-}
-# Debezium's JDBC sink: upserts keyed by the record key, batches as large as one poll.
-SINK = {
-    "connector.class": "io.debezium.connector.jdbc.JdbcSinkConnector",
-    "tasks.max": "1",
-    "insert.mode": "upsert",
-    "primary.key.mode": "record_key",
-    "delete.enabled": "true",
-    "schema.evolution": "none",
-    "batch.size": "10000",  # default 500
-    "collection.name.format": "${source.table}",
-}
-CHECKSUM = ("select count(*), coalesce(sum(hashtextextended(format('%s|%s|%s|%s', id, a, b, t), "
-            "0)::numeric), 0) from {}")
+
+def _parts(text: str) -> set[str]:
+    parts = {p.strip() for p in text.split(",") if p.strip()}
+    if unknown := parts - set(PARTS):
+        raise argparse.ArgumentTypeError(f"unknown part(s) {', '.join(sorted(unknown))}: "
+                                         f"choose among {','.join(PARTS)}")
+    return parts
 
 
-@dataclass
-class Run:
-    """One tool's run of one measurement."""
-
-    seconds: float  # to done
-    rows: int
-    cpu: float | None = None  # the tool's processes, from their start to done
-    rss_mb: float | None = None
-    from_line: float | None = None  # rows/s from its own log line for the start of the work
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def rate(self) -> float:
-        return self.rows / self.seconds
-
-    @property
-    def cpu_per_million(self) -> float | None:
-        return None if self.cpu is None else self.cpu * 1e6 / self.rows
-
-
-@dataclass
-class Row:
-    """A line of the side-by-side table: the peer's figure, bottler's and their ratio."""
-
-    what: str
-    peer: float
-    ours: float
-    unit: str
-    better: str  # "higher" or "lower"
-
-    @property
-    def ratio(self) -> float:
-        return self.ours / self.peer
-
-
-def say(what: str) -> None:
-    print(f"bench-peers {time.strftime('%H:%M:%S')}: {what}", file=sys.stderr, flush=True)
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.peers", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=ROWS, help=f"rows of the table [{ROWS:,}]")
+    parser.add_argument("--changes", type=int, metavar="N",
+                        help="updates of the PG→PG catch-up [--rows]; 0 leaves it out")
+    parser.add_argument("--parts", type=_parts, default=set(PARTS), metavar="PART,…",
+                        help=f"what to measure, among {','.join(PARTS)} [all]; live and latency "
+                             "still let each tool snapshot the table first, untimed")
+    parser.add_argument("--latency-rate", type=float, default=LATENCY_RATE, metavar="N",
+                        help=f"commits a second of the latency load [{LATENCY_RATE:,}]")
+    parser.add_argument("--latency-seconds", type=float, default=LATENCY_SECONDS, metavar="S",
+                        help=f"how long the latency load runs [{LATENCY_SECONDS}]")
+    parser.add_argument("--out", type=Path, default=REPORT, metavar="DIR",
+                        help=f"where the report (peers.md, peers.png) goes [{REPORT}]")
+    parser.add_argument("--skip-pg2pg", action="store_true",
+                        help="capture against capture only (--parts capture,live,latency)")
+    args = parser.parse_args(argv)
+    if args.skip_pg2pg:
+        args.parts.discard("pg2pg")
+    if args.changes is None:
+        args.changes = args.rows
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.peers", description=__doc__)
-    parser.add_argument("--rows", type=int, default=ROWS, help=f"rows of the table [{ROWS:,}]")
-    parser.add_argument("--out", type=Path, default=REPORT, metavar="DIR",
-                        help=f"where the report (peers.md) goes [{REPORT}]")
-    parser.add_argument("--skip-pg2pg", action="store_true", help="capture against capture only")
-    args = parser.parse_args(argv)
+    args = _arguments(argv)
     # SIGTERM (a timeout, ^C's cousin) unwinds as an exception: the stack, the slots and
     # Connect's directory are cleaned up by the finally blocks
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("bench-peers: terminated"))
     rows = args.rows
     for old in args.out.glob("connect-*.log"):
         old.unlink()
-    header = [code_line(), versions(), machine_line() + " at the start"]
+    header = [code_line(), versions(), machine_line() + " at the start",
+              f"parts: {','.join(p for p in PARTS if p in args.parts)}"]
     started = time.monotonic()
     table: list[Row] = []
     notes: list[str] = []
@@ -156,181 +112,50 @@ def main(argv: list[str] | None = None) -> None:
         data.create_table(ep.pg_dsn, TABLE)
         data.fill(ep.pg_dsn, TABLE, 1, rows)
         data.vacuum(ep.pg_dsn, TABLE)
-        if not args.skip_pg2pg:
-            table += _pg2pg(ep, env, rows, roots, notes, args.out)
+        if "pg2pg" in args.parts:
+            table += pg2pg(ep, env, TABLE, rows, args.changes, roots, notes, args.out)
             header.append(machine_line() + " after PG→PG")
-        table += _capture(ep, env, rows, roots, notes, stack.root, args.out)
+        if args.parts - {"pg2pg"}:
+            table += _capture(ep, env, args, roots, notes, stack.root)
     header.append(machine_line() + f" at the end; {time.monotonic() - started:.0f} s in all")
-    print_table(table, header, notes)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "peers.md"
-    path.write_text(markdown(table, header, notes))
-    say(f"report written to {path}")
-
-
-# -- PG→PG -------------------------------------------------------------------------------------
-
-def checksum(dsn: str, table: str) -> tuple[int, int]:
-    with psycopg.connect(dsn) as conn:
-        count, total = conn.execute(sql.SQL(CHECKSUM).format(sql.Identifier(table))).fetchone()
-    return int(count), int(total)
-
-
-def _equal_at(source: tuple[int, int], target: str, table: str,
-              procs: tuple[CaptureProcess, ...]) -> float:
-    """When ``target``'s table held as many rows as the source (while ``procs`` live); then its
-    checksum must be the source's."""
-    def there() -> bool:
-        for proc in procs:
-            proc.check_alive()
-        return _count(target, table) >= source[0]
-
-    at = wait_until(there, TIMEOUT, f"{table} in the target", every=0.1)
-    if (found := checksum(target, table)) != source:
-        raise RuntimeError(f"the target's {table} differs from the source: checksum {found} "
-                           f"against {source}")
-    return at
-
-
-def _count(dsn: str, table: str) -> int:
-    try:
-        with psycopg.connect(dsn) as conn:
-            return conn.execute(sql.SQL("select count(*) from {}").format(
-                sql.Identifier(table))).fetchone()[0]
-    except psycopg.errors.UndefinedTable:
-        return 0
-
-
-def _pg2pg(ep, env, rows, roots, notes, out: Path) -> list[Row]:
-    source = checksum(ep.pg_dsn, TABLE)
-    dump = _pg_dump(ep.pg_dsn, TABLE, rows)
-    dump_s = rows / dump.value
-    say("PG→PG: Debezium's connector + JDBC sink")
-    dbz = _debezium_pg2pg(ep, rows, source, roots, out)
-    say("PG→PG: bottler capture + materialize postgres, through the topics")
-    through = _bottler_pg2pg(ep, env, rows, source, roots, seed=False)
-    say("PG→PG: bottler capture + materialize postgres --seed-from")
-    seeded = _bottler_pg2pg(ep, env, rows, source, roots, seed=True)
-    again = rows / _pg_dump(ep.pg_dsn, TABLE, rows).value
-    floor = Run((dump_s + again) / 2, rows,
-                notes=[f"pg_dump | psql: {dump_s:.1f} s before, {again:.1f} s after the others"])
-    notes += ["PG→PG: " + n for r in (floor, dbz, through, seeded) for n in r.notes]
-    return [
-        Row("PG→PG initial copy, through Kafka (rows/s)", dbz.rate, through.rate, "rows/s",
-            "higher"),
-        Row("PG→PG initial copy, bottler seeded (rows/s)", dbz.rate, seeded.rate, "rows/s",
-            "higher"),
-        Row("PG→PG initial copy, bottler seeded against pg_dump | psql (rows/s; in the "
-            "Debezium column: pg_dump | psql)", floor.rate,
-            seeded.rate, "rows/s", "higher"),
-        Row("PG→PG CPU s per 1M rows, through Kafka (tool's processes)", dbz.cpu_per_million,
-            through.cpu_per_million, "s", "lower"),
-        Row("PG→PG peak RSS, through Kafka (MB)", dbz.rss_mb, through.rss_mb, "MB", "lower"),
-    ]
-
-
-def _debezium_pg2pg(ep, rows, source, roots, out: Path) -> Run:
-    name = f"{DBZ_PREFIX}_pg2pg"
-    target = _database(ep.pg_dsn, "bench_peers_dbz")
-    data.create_table(target, TABLE)  # as the source's: the same types, the same checksum
-    drop_slot(ep.pg_dsn, name)
-    pg = conninfo_to_dict(ep.pg_dsn)
-    jdbc = f"jdbc:postgresql://{pg['host']}:{pg['port']}/bench_peers_dbz"
-    worker = connect.ConnectProcess("pg2pg", ep.kafka, {
-        "dbz-source": {**SOURCE, **_database_settings(ep.pg_dsn), "topic.prefix": name,
-                       "slot.name": name, "publication.name": name,
-                       "table.include.list": f"public.{TABLE}"},
-        "dbz-sink": {**SINK, "topics": f"{name}.public.{TABLE}", "connection.url": jdbc,
-                     "connection.username": pg["user"], "connection.password": pg["password"]},
-    }, log=out / "connect-pg2pg.log")
-    try:
-        meter = CpuMeter(roots).start()
-        worker.start()
-        equal = _equal_at(source, target, TABLE, (worker,))
-        cpu = cpu_seconds(worker.pid)
-        note = meter.note()
-        worker.stop()
-    finally:
-        worker.cleanup()
-        drop_slot(ep.pg_dsn, name)
-        delete_topics(ep.kafka, f"{name}.")
-        _drop(ep.pg_dsn, "bench_peers_dbz")
-    took = equal - worker.started_at
-    return Run(took, rows, cpu, worker.peak_mb, notes=[
-        f"Debezium connector + JDBC sink in one Connect worker: {took:.1f} s from the worker's "
-        f"start to the target equal (checksum); JVM CPU {cpu:.1f} s; {note}"])
-
-
-def _bottler_pg2pg(ep, env, rows, source, roots, seed: bool) -> Run:
-    what = "seeded" if seed else "through the topics"
-    name = f"{BOTTLER_PREFIX}_pg2pg"
-    target = _database(ep.pg_dsn, "bench_peers_bottler")
-    drop_slot(ep.pg_dsn, name)
-    capture = CaptureProcess("pg2pg", env, [
-        "--tables", f"public.{TABLE}", "--slot", name, "--topic-prefix", name,
-        "--snapshot-workers", str(DEFAULT_WORKERS), *TOPIC_CONFIG])
-    replica = ReplicaProcess("pg2pg-replica", {**env, "BOTTLER_TARGET_DSN": target}, [
-        "--topic-prefix", name, "--group-id", name, "--on-poison", "stop",
-        *(["--seed-from", ep.pg_dsn] if seed else [])])
-    try:
-        meter = CpuMeter(roots).start()
-        capture.start()
-        replica.start()
-        if seed:
-            equal = replica.wait_line(SEED_DONE, timeout=TIMEOUT)[0]
-            _equal_at(source, target, TABLE, (capture, replica))
-        else:
-            equal = _equal_at(source, target, TABLE, (capture, replica))
-        cpu = cpu_seconds(capture.pid) + cpu_seconds(replica.pid)
-        note = meter.note()
-    finally:
-        replica.stop()
-        capture.stop()
-        drop_slot(ep.pg_dsn, name)
-        delete_topics(ep.kafka, f"{name}.")
-        _drop(ep.pg_dsn, "bench_peers_bottler")
-    took = equal - capture.started_at
-    rss = capture.peak_mb + capture.workers_peak_mb + replica.peak_mb
-    return Run(took, rows, cpu, rss, notes=[
-        f"bottler capture + materialize postgres, {what}: {took:.1f} s from the capture's start "
-        f"to the target equal (checksum); capture and replica CPU {cpu:.1f} s, peak RSS "
-        f"{rss:.0f} MB (capture + its workers + replica, each VmHWM); {note}"])
-
-
-def _database_settings(dsn: str) -> dict[str, str]:
-    pg = conninfo_to_dict(dsn)
-    return {"database.hostname": pg["host"], "database.port": str(pg["port"]),
-            "database.user": pg["user"], "database.password": pg["password"],
-            "database.dbname": pg["dbname"]}
+    peers_report.print_table(table, header, notes)
+    say(f"report written to {peers_report.write(args.out, table, header, notes)}")
 
 
 # -- capture against capture -------------------------------------------------------------------
 
-def _capture(ep, env, rows, roots, notes, root: Path, out: Path) -> list[Row]:
+def _capture(ep, env, args, roots, notes, root: Path) -> list[Row]:
+    rows, parts = args.rows, args.parts
     dbz_topic = f"{DBZ_PREFIX}.public.{TABLE}"
     ours_topic = f"{BOTTLER_PREFIX}.{TABLE}"
     for slot in (DBZ_PREFIX, BOTTLER_PREFIX):
         drop_slot(ep.pg_dsn, slot)
     worker = connect.ConnectProcess("capture", ep.kafka, {"dbz-source": {
-        **SOURCE, **_database_settings(ep.pg_dsn), "topic.prefix": DBZ_PREFIX,
+        **connect.SOURCE, **connect.database_settings(ep.pg_dsn), "topic.prefix": DBZ_PREFIX,
         "slot.name": DBZ_PREFIX, "publication.name": DBZ_PREFIX,
-        "table.include.list": f"public.{TABLE}"}}, log=out / "connect-capture.log")
+        "table.include.list": f"public.{TABLE}"}}, log=args.out / "connect-capture.log")
     capture = CaptureProcess("capture", env, [
         "--tables", f"public.{TABLE}", "--slot", BOTTLER_PREFIX, "--topic-prefix",
         BOTTLER_PREFIX, "--snapshot-workers", str(DEFAULT_WORKERS), *TOPIC_CONFIG])
+    figures: list[Row] = []
     try:
         say("capture: Debezium snapshot")
         dbz_snap = _timed(worker, ep.kafka, dbz_topic, rows, rows, roots, SNAPSHOT_DBZ)
         say("capture: bottler snapshot")
         ours_snap = _timed(capture, ep.kafka, ours_topic, rows, rows, roots, SNAPSHOT_BOTTLER,
                            done_line=DONE)
-        say(f"capture: {rows:,} more rows in one transaction, both stopped")
-        data.fill(ep.pg_dsn, TABLE, rows + 1, rows)
-        say("capture: Debezium catch-up")
-        dbz_up = _timed(worker, ep.kafka, dbz_topic, 2 * rows, rows, roots, STREAMING_DBZ)
-        say("capture: bottler catch-up")
-        ours_up = _timed(capture, ep.kafka, ours_topic, 2 * rows, rows, roots,
-                         STREAMING_BOTTLER)
+        inserted = rows
+        if "capture" in parts:
+            figures += _catch_up(ep, worker, capture, (dbz_topic, ours_topic), rows, roots,
+                                 notes, (dbz_snap, ours_snap))
+            inserted += rows
+        if parts & {"live", "latency"}:
+            figures += live_and_latency(
+                ep.pg_dsn, ep.kafka, TABLE,
+                [Tool("Debezium", worker, dbz_topic, STREAMING_DBZ, connect.key_id),
+                 Tool("bottler", capture, ours_topic, STREAMING_BOTTLER)],
+                inserted + 1, rows, args.latency_rate, args.latency_seconds, parts, roots,
+                notes)
         sizes = {t: _bytes_per_message(root, ep.kafka, t) for t in (dbz_topic, ours_topic)}
     finally:
         worker.cleanup()
@@ -339,10 +164,24 @@ def _capture(ep, env, rows, roots, notes, root: Path, out: Path) -> list[Row]:
             drop_slot(ep.pg_dsn, slot)
         delete_topics(ep.kafka, f"{DBZ_PREFIX}.")
         delete_topics(ep.kafka, f"{BOTTLER_PREFIX}.")
-    for who, runs in (("Debezium", (dbz_snap, dbz_up)), ("bottler", (ours_snap, ours_up))):
-        notes += [f"capture, {who}: " + n for r in runs for n in r.notes]
     notes.append("bytes per message as stored (key + value, lz4 batches, from the topic's "
                  "log segments): " + ", ".join(f"{t} {b:,.0f}" for t, b in sizes.items()))
+    return figures
+
+
+def _catch_up(ep, worker, capture, topics, rows, roots, notes, snaps) -> list[Row]:
+    """The snapshots' rows, then the streaming catch-up's: both stopped, ``rows`` more rows in
+    one transaction, each resumed in turn."""
+    dbz_topic, ours_topic = topics
+    say(f"capture: {rows:,} more rows in one transaction, both stopped")
+    data.fill(ep.pg_dsn, TABLE, rows + 1, rows)
+    say("capture: Debezium catch-up")
+    dbz_up = _timed(worker, ep.kafka, dbz_topic, 2 * rows, rows, roots, STREAMING_DBZ)
+    say("capture: bottler catch-up")
+    ours_up = _timed(capture, ep.kafka, ours_topic, 2 * rows, rows, roots, STREAMING_BOTTLER)
+    dbz_snap, ours_snap = snaps
+    for who, runs in (("Debezium", (dbz_snap, dbz_up)), ("bottler", (ours_snap, ours_up))):
+        notes += [f"capture, {who}: " + n for r in runs for n in r.notes]
     return [
         Row("snapshot, process start → all rows in Kafka (rows/s)", dbz_snap.rate,
             ours_snap.rate, "rows/s", "higher"),
@@ -413,67 +252,6 @@ def _bytes_per_message(stack_root: Path, bootstrap: str, topic: str) -> float:
     finally:
         watch.close()
     return size / count if count and size else float("nan")
-
-
-# -- the report --------------------------------------------------------------------------------
-
-def versions() -> str:
-    """The peers' versions, as pinned in compose/jars/pom.xml."""
-    pom = jars.POM.read_text()
-
-    def pin(name: str) -> str:
-        found = re.search(rf"<{re.escape(name)}>([^<]+)</", pom)
-        return found[1] if found else "?"
-
-    return (f"peers: Debezium PostgreSQL connector {pin('debezium.version')} (pgoutput), "
-            f"Debezium JDBC sink {pin('debezium.jdbc.version')}, Kafka Connect standalone "
-            f"{pin('connect.version')}, JSON converter with schemas (no Avro: see "
-            "docs/benchmarks.md); broker Apache Kafka " + pin("kafka.version"))
-
-
-def _settings_lines() -> list[str]:
-    hidden = ("password",)
-    lines = []
-    for name, settings in (("Connect worker", connect.WORKER), ("Debezium source", SOURCE),
-                           ("Debezium JDBC sink", SINK)):
-        shown = ", ".join(f"{k}={v}" for k, v in settings.items()
-                          if not any(h in k for h in hidden))
-        lines.append(f"{name}: {shown}")
-    lines.append("Connect JVM: " + " ".join(connect.JVM_OPTIONS))
-    return lines
-
-
-def _fmt(value: float | None, unit: str) -> str:
-    if value is None or value != value:
-        return "—"
-    return f"{value:,.1f} {unit}" if value < 100 else f"{value:,.0f} {unit}"
-
-
-def print_table(rows: list[Row], header: list[str], notes: list[str]) -> None:
-    console = Console() if sys.stdout.isatty() else Console(width=160)
-    table = Table(title="bottler against Debezium (Kafka Connect standalone)",
-                  title_justify="left")
-    for col in ("figure", "Debezium", "bottler", "bottler ÷ Debezium", "better"):
-        table.add_column(col, justify="left" if col == "figure" else "right")
-    for r in rows:
-        table.add_row(r.what, _fmt(r.peer, r.unit), _fmt(r.ours, r.unit), f"{r.ratio:.2f}×",
-                      r.better)
-    for line in header:
-        console.print(line, highlight=False)
-    console.print(table)
-    for line in notes + _settings_lines():
-        console.print("- " + line, highlight=False, soft_wrap=True)
-
-
-def markdown(rows: list[Row], header: list[str], notes: list[str]) -> str:
-    lines = ["# bottler against Debezium", ""] + [f"- {h}" for h in header] + [""]
-    lines += ["| figure | Debezium | bottler | bottler ÷ Debezium | better |",
-              "|---|--:|--:|--:|---|"]
-    lines += [f"| {_cell(r.what)} | {_fmt(r.peer, r.unit)} | {_fmt(r.ours, r.unit)} | "
-              f"{r.ratio:.2f}× | {r.better} |" for r in rows]
-    lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
-    lines += ["", "## Settings", ""] + [f"- {s}" for s in _settings_lines()]
-    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@ that a capture already wrote (ids, two 32-character texts, a timestamp: tests/be
 
 - raw ceiling: the topic's rows as the documents the materializer makes (same ``_id``s, same
   JSON, decoded and built beforehand, not timed), sent with plain ``_bulk`` index requests of
-  BULK documents, one after the other, into a fresh index with the same mapping;
+  BULK documents, one after the other, into a fresh index with the same mapping, once to warm
+  the engine and once timed;
 - rebuild: the materializer (a consumer loop and a SearchSink, in this process) from offset zero
   into a fresh index until caught up, timed from the loop's start to its return: consuming,
   decoding, building the documents, bulk requests with external versions, offsets documents.
@@ -21,6 +22,7 @@ import time
 from collections.abc import Sequence
 from urllib.parse import quote
 
+from common import gctune
 from materializers.core import Change, Materializer
 from materializers.search import indices
 from materializers.search.client import SearchClient
@@ -109,6 +111,7 @@ def materialized(client: SearchClient, bootstrap: str, registry: str, topic: str
     options = ReaderOptions(bootstrap=bootstrap, registry=registry, topics=[topic],
                             on_poison="stop", batch_size=BULK, progress=False)
     sink, loop = options.reader(client, index, ALIAS)
+    gctune.tune()  # as `bottler materialize search` and `bottler reindex` do
     meter = CpuMeter(cpu_roots or {}).start()
     own = _own_cpu()
     start = time.perf_counter()
@@ -135,6 +138,10 @@ def search(client: SearchClient | str, bootstrap: str, registry: str, topic: str
     ceiling, then the materializer's rebuild against it. ``cpu_roots``: process ids to report
     the CPU seconds of (``{"broker": pid, "search engine": pid}``)."""
     client = SearchClient(client) if isinstance(client, str) else client
+    # The engine's JIT warms over about a million documents (a cold pass of 200k cost it 4× the
+    # CPU of a warm one): untimed, or the first figure taken would carry it all.
+    _say("search: warming the engine (a raw _bulk pass, not timed)")
+    raw_bulk(client, bootstrap, registry, topic, rows)
     _say("search: raw _bulk ceiling")
     ceiling = raw_bulk(client, bootstrap, registry, topic, rows, cpu_roots)
     _say("search: materializer rebuild from zero")

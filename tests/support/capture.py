@@ -98,13 +98,13 @@ CHUNK_PAGES = 40
 WORKERS = 2
 
 
-def start_capture(stack, source, prefix, log):
+def start_capture(stack, source, prefix, log, *args: str):
     """`bottler capture` as a child process in a process group of its own, output to ``log``,
-    its snapshot in chunks of CHUNK_PAGES by WORKERS workers."""
+    its snapshot in chunks of CHUNK_PAGES by WORKERS workers; ``args``: more options."""
     return subprocess.Popen(
         [sys.executable, "-m", "bottler", "capture", "-d", source, "-s", prefix,
          "-b", stack.kafka, "-r", stack.registry_url, "-p", prefix,
          "--snapshot-workers", str(WORKERS), "--snapshot-chunk-pages", str(CHUNK_PAGES),
-         "--heartbeat-interval", "1"],
+         "--heartbeat-interval", "1", *args],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )

@@ -135,3 +135,13 @@ class Adapter:
     reopen: Callable[[Any], Any]  # a new sink on the same target (a restart)
     keyed: Callable[[Any, TableId, Sequence[str]], dict]  # {key tuple: row tuple}
     unkeyed: Callable[[Any, TableId, Sequence[str]], list]  # sorted row tuples
+    max_flushes: int | None = None  # a sink whose flush is costly: at most this many a feed
+    loop: bool = True  # whether it sits under the consumer loop (the spark route reads Kafka)
+
+    def sizes(self, changes: Sequence[Change], *sizes: int) -> list[int]:
+        """The batch sizes a test feeds ``changes`` in: ``sizes``, each coarse enough for at
+        most ``max_flushes`` flushes (the spark route: a Spark batch each)."""
+        if self.max_flushes is None:
+            return list(sizes)
+        least = -(-len(changes) // self.max_flushes)
+        return list(dict.fromkeys(max(size, least) for size in sizes))

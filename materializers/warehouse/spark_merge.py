@@ -1,0 +1,168 @@
+"""One table topic's Delta commits on the spark route (native.py), with delta-spark.
+
+**One commit per topic-partition.** delta-spark records one transaction identifier per commit
+(``txnAppId``/``txnVersion``), so each partition of the topic that moved gets a commit of its
+own, recording that partition's next offset: the last change of each of its keys (by offset)
+merged (``whenMatchedDelete`` for deletes, ``whenMatchedUpdateAll``/``whenNotMatchedInsertAll``
+for upserts), or the table's first rows appended, or an unkeyed table's rows appended with their
+place. A key's changes are all in one partition (the capture keys its messages), and the
+partitions commit in ascending order, so a key that moved partition ends as on the default route
+(the higher partition's change wins). A crash between the commits leaves each partition where
+its last commit says: each resumes from there, and a commit whose offset the table recorded
+already commits nothing (a replay).
+
+**Truncates.** After a truncate the topic's first partition's commit overwrites the table with
+its rows from the barrier on, and the others merge theirs: every partition of a truncated topic
+commits, even one the table records as done already (then without its transaction identifier,
+which stays as it was: Delta skips a write whose version is not newer). So a truncate applied
+twice (its event read again after a crash) gives the same table.
+
+**A column added with a default.** Before the commits, a table without a column the topic's
+latest schema adds with a default (``pg.missing``) gets it, each of its rows holding the
+default: one overwrite of the table in Spark (no row through Python), without offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from materializers.core.changes import TopicPartition
+from materializers.warehouse.batch import DELETE, OFFSET, PARTITION
+from materializers.warehouse.delta import app_id, claim, open_table, stored_offsets, table_schema
+from materializers.warehouse.spark_avro import TopicSchemas, decoded, rows
+
+TXN_APP, TXN_VERSION = ("spark.databricks.delta.write.txnAppId",
+                        "spark.databricks.delta.write.txnVersion")
+
+
+class TopicWrite:
+    """The commits of one table topic's rows of a batch into the Delta table at ``path``:
+    ``frame`` holds the decoded rows (``partition``, ``offset``, ``key``, ``value``, ``v``)
+    fit for Delta; ``columns``: the Delta columns of ``v``; ``missing``: the defaults struct
+    (spark_avro.missing_struct) or None."""
+
+    def __init__(self, spark: Any, path: Path, schemas: TopicSchemas, columns: list[Any],
+                 missing: tuple[Any, dict] | None):
+        self.spark, self.path, self.schemas = spark, path, schemas
+        self.columns, self.missing = columns, missing
+        self.keys = schemas.key_columns()
+        self.changes = self.commits = 0
+
+    def write(self, frame: Any, targets: dict[TopicPartition, int], truncated: bool) -> None:
+        """One commit per partition of ``targets`` (partition -> the offset its commit
+        records), in ascending order; ``truncated``: the first overwrites the table."""
+        from pyspark.sql import functions as F  # noqa: N812
+
+        if not truncated:
+            self._add_defaults()
+        first = True
+        for tp in sorted(targets):
+            part = frame.where(F.col("partition") == tp[1])
+            overwrite = truncated and first
+            first = False
+            if self.keys is None:  # unkeyed: every upsert appended with its place in the topic
+                source = part.where("value IS NOT NULL").select(
+                    *self.columns, F.col("partition").alias(PARTITION),
+                    F.col("offset").alias(OFFSET))
+                mode = "overwrite" if overwrite else "append"
+                self._commit(tp, targets[tp], truncated, lambda txn, s=source, m=mode: (
+                    s.write.format("delta").mode(m).options(**txn)
+                    .option("mergeSchema", "true").save(str(self.path))))
+                continue
+            source = self._last(part)
+            if overwrite or open_table(self.path) is None:  # the table's (first) rows
+                claim(self.path)
+                upserts = source.where(f"NOT {DELETE}").drop(DELETE)
+                mode = "overwrite" if overwrite else "append"
+                self._commit(tp, targets[tp], truncated, lambda txn, s=upserts, m=mode: (
+                    s.write.format("delta").mode(m).options(**txn)
+                    .option("mergeSchema", "true").save(str(self.path))))
+            else:
+                self._commit(tp, targets[tp], truncated, lambda _txn, s=source: self._merge(s))
+
+    def _last(self, frame: Any) -> Any:
+        """The last change of each key, by offset (a hash aggregate, no sort): the Delta
+        columns, the key's columns (a delete's come from its key) and the DELETE flag."""
+        from pyspark.sql import functions as F  # noqa: N812
+
+        schemas = self.schemas
+        key_columns, _ = rows(schemas.latest_key, "k", "_key_")
+        keyed = frame.select(
+            "partition", "offset", "v",
+            decoded("key", schemas.keys, schemas.latest_key).alias("k"),
+            F.col("value").isNull().alias(DELETE))
+        last = keyed.groupBy("k").agg(F.max_by(F.struct("v", DELETE), F.struct(
+            "partition", "offset")).alias("last")).select("k", "last.*")
+        source = last.select(*self.columns, *key_columns, DELETE)
+        for k in self.keys:
+            source = source.withColumn(k, F.coalesce(F.col(k), F.col(f"_key_{k}")))
+        return source.drop(*[f"_key_{k}" for k in self.keys])
+
+    def _merge(self, source: Any) -> None:
+        """The MERGE; the table's columns the source lacks (dropped or renamed at the source)
+        are null in it, so an updated row keeps no stale value there, as on the default
+        route (``whenMatchedUpdateAll`` sets only the source's columns)."""
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F  # noqa: N812
+
+        table = DeltaTable.forPath(self.spark, str(self.path))
+        have = set(source.columns)
+        for f in table.toDF().schema.fields:
+            if f.name not in have:
+                source = source.withColumn(f.name, F.lit(None).cast(f.dataType))
+        on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in self.keys)
+        (table.alias("t").merge(source.alias("s"), on)
+         .whenMatchedDelete(f"s.{DELETE}")
+         .whenMatchedUpdateAll(f"NOT s.{DELETE}")
+         .whenNotMatchedInsertAll(f"NOT s.{DELETE}").execute())
+
+    def _commit(self, tp: TopicPartition, offset: int, forced: bool,
+                write: Callable[[dict], None]) -> None:
+        """``write(txn)`` as one Delta commit recording ``offset`` as ``tp``'s transaction
+        identifier: a DataFrame write takes ``txn`` as its options, a MERGE the same from the
+        session's configuration. A commit the table records already (a replay) is skipped,
+        unless ``forced`` (after a truncate): then it is made without the identifier."""
+        table = open_table(self.path)
+        stored = stored_offsets(table, [tp]).get(tp, -1) if table is not None else -1
+        if stored >= offset and not forced:
+            return  # committed already (a replay)
+        txn = {} if stored >= offset else {"txnAppId": app_id(tp), "txnVersion": str(offset)}
+        conf = self.spark.conf
+        conf.set("spark.databricks.delta.schema.autoMerge.enabled", "true")
+        if txn:
+            conf.set(TXN_APP, txn["txnAppId"])
+            conf.set(TXN_VERSION, txn["txnVersion"])
+        try:
+            write(txn)
+        finally:
+            conf.unset(TXN_APP)
+            conf.unset(TXN_VERSION)
+        self.changes += _rows(open_table(self.path))
+        self.commits += 1
+
+    def _add_defaults(self) -> None:
+        """The columns the latest schema adds with a default that the table lacks, added with
+        the default on every row already there (one commit, no offsets: those stay)."""
+        table = open_table(self.path)
+        if self.missing is None or table is None:
+            return
+        have = set(table_schema(table).names)
+        struct, schema = self.missing
+        defaults, _ = rows(schema, "d")
+        one = self.spark.range(1).select(struct.alias("d")).select(*defaults)
+        new = [c for c in one.columns if c not in have]
+        if not new:
+            return
+        (self.spark.read.format("delta").load(str(self.path)).crossJoin(one.select(*new))
+         .write.format("delta").mode("overwrite").option("mergeSchema", "true")
+         .option("userMetadata", "bottler: added " + ", ".join(new) + " with their defaults")
+         .save(str(self.path)))
+
+
+def _rows(table: Any) -> int:
+    """The source rows of the table's last commit (its operation metrics): the changes it
+    applied after the per-key dedupe."""
+    metrics = (table.history(1)[0].get("operationMetrics") or {}) if table is not None else {}
+    return int(metrics.get("numSourceRows") or metrics.get("numOutputRows") or 0)
