@@ -7,7 +7,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from pydantic import Field
@@ -19,11 +19,15 @@ from common.flags import Flag
 from common.options import settings_command
 from common.signals import stop_on_signals
 
+if TYPE_CHECKING:
+    from materializers.core.ownership import OwnedTopics
+
 log = logging.getLogger(__name__)
 
 # The continuous job's trigger, per route: the spark route commits per table and trigger, and a
 # Delta table wants few commits (each one a log entry and a file), so it waits longer.
 INTERVALS = {"python": 1.0, "spark": 10.0}
+RETENTION_HOURS = 24.0  # --retention-hours' default (upkeep.py)
 warehouse_app = typer.Typer(no_args_is_help=True, help="Maintain the Delta warehouse tables.")
 
 PATH_ENV = "BOTTLER_WAREHOUSE_PATH"
@@ -56,25 +60,20 @@ class WarehouseSettings(options.ViewSettings, MetricsSettings):
         "--route", help="python: today's job (Python workers decode, delta-rs merges); spark: "
         "Spark's Kafka source, from_avro and delta-spark's MERGE (docs/warehouse.md)")] = Field(
         "python", validation_alias=env("BOTTLER_WAREHOUSE_ROUTE"))
+    retention_hours: Annotated[float, Flag(
+        "--retention-hours", help="With --route spark: hours the Delta tables keep the files "
+        "and log entries of older versions, then VACUUM and Delta's log cleanup remove them "
+        "(their delta.deletedFileRetentionDuration and delta.logRetentionDuration)")] = Field(
+        RETENTION_HOURS, gt=0)
 
 
 @settings_command
 def materialize_warehouse(s: WarehouseSettings) -> None:
     """Merge the table topics into Delta Lake tables with PySpark."""
     from materializers.warehouse import jvm
-    from materializers.warehouse.job import WarehouseJob, prefix_root, spark_session
-    from materializers.warehouse.preflight import check_table_paths
+    from materializers.warehouse.job import spark_session
 
-    path = s.path
-    _writable(path)  # before Spark takes its seconds to start
-    s.check_clients()
-    options.serve_metrics(s.metrics_port, s.metrics_host)
-
-    # a table path that is not free for bottler's table: refused before Spark's start too
-    owned = check_table_paths(prefix_root(path, s.topic_prefix), bootstrap=s.kafka,
-                              registry=s.schema_registry, prefix=s.topic_prefix,
-                              topics=s.topics or None)
-
+    owned = prepare(s)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     started = time.monotonic()
     try:
@@ -83,29 +82,54 @@ def materialize_warehouse(s: WarehouseSettings) -> None:
         log.info("warehouse %s", stopped)
         return
     log.info("warehouse: Spark started in %.1f s", time.monotonic() - started)
-    if s.route == "spark":
-        from materializers.warehouse.native import SparkRoute
+    try:
+        load(s, spark, owned)
+    finally:
+        jvm.stop(spark)
 
-        job = SparkRoute(spark, prefix_root(path, s.topic_prefix), bootstrap=s.kafka,
-                         registry=s.schema_registry, prefix=s.topic_prefix,
-                         topics=s.topics or None, on_poison=s.on_poison,
-                         max_messages=s.max_messages, owned=owned)
+
+def prepare(s: WarehouseSettings) -> OwnedTopics | None:
+    """What is checked before Spark takes its seconds to start (the directory, the clients,
+    the table paths); the metrics served. Returns the reader of the capture's topic ownership
+    it made, for the job."""
+    from materializers.warehouse.job import prefix_root
+    from materializers.warehouse.preflight import check_table_paths
+
+    _writable(s.path)
+    s.check_clients()
+    options.serve_metrics(s.metrics_port, s.metrics_host)
+    # a table path that is not free for bottler's table: refused before Spark's start too
+    return check_table_paths(prefix_root(s.path, s.topic_prefix), bootstrap=s.kafka,
+                             registry=s.schema_registry, prefix=s.topic_prefix,
+                             topics=s.topics or None)
+
+
+def load(s: WarehouseSettings, spark: Any, owned: OwnedTopics | None) -> None:
+    """The job of route ``s.route`` in the session ``spark``: ``--once``, or until SIGTERM or
+    SIGINT. The session is the caller's to stop."""
+    from materializers.warehouse.job import WarehouseJob, prefix_root
+
+    common = dict(bootstrap=s.kafka, registry=s.schema_registry, prefix=s.topic_prefix,
+                  topics=s.topics or None, on_poison=s.on_poison,
+                  max_messages=s.max_messages, owned=owned)
+    if s.route == "spark":
+        from materializers.warehouse.upkeep import KeptRoute
+
+        job = KeptRoute(spark, prefix_root(s.path, s.topic_prefix),
+                        retention_hours=s.retention_hours, **common)
     else:
-        job = WarehouseJob(spark, str(path), bootstrap=s.kafka, registry=s.schema_registry,
-                           prefix=s.topic_prefix, topics=s.topics or None,
-                           on_poison=s.on_poison, max_messages=s.max_messages, owned=owned)
+        job = WarehouseJob(spark, str(s.path), **common)
     try:
         if s.once:
             total = job.run_until_caught_up()
             typer.echo(f"warehouse load done: {total.changes} changes, "
                        f"{getattr(total, 'truncates', 0)} truncates, {total.dead_letters} dead "
-                       f"letters into {path}")
+                       f"letters into {s.path}")
             return
         stop = stop_on_signals()
         job.run(stop, s.interval or INTERVALS[s.route])
     finally:
         job.close()
-        jvm.stop(spark)
 
 
 @warehouse_app.command("optimize")

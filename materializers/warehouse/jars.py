@@ -77,3 +77,16 @@ def spark_jars(directory: Path | None = None) -> list[str]:
     check(directory, pyspark.__version__, importlib.metadata.version("delta-spark"))
     shipped = {_artifact(p.name) for p in pyspark_jars().glob("*.jar")}
     return sorted(str(p) for p in directory.glob("*.jar") if _artifact(p.name) not in shipped)
+
+
+def packages() -> str:
+    """The spark profile's pins as spark-submit's ``--packages`` (Maven coordinates), for a
+    cluster that fetches its own jars."""
+    from compose import jars
+
+    out = []
+    for jar in jars.pinned(PROFILE):
+        artifact, version = re.fullmatch(r"(.+)-(\d+(?:\.\d+)+)\.jar", jar).groups()
+        group = "io.delta" if artifact.startswith("delta-") else "org.apache.spark"
+        out.append(f"{group}:{artifact}:{version}")
+    return ",".join(out)

@@ -77,6 +77,19 @@ JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto"
 JVM_OPTIONS_SPARK = "-XX:+UseParallelGC -Xshare:auto"
 STOP_TIMEOUT = "10000"  # ms a stopped query waits for its batch (atomic commits, or replayed)
 DRIVER_HOST = "127.0.0.1"  # where the driver listens unless --driver-host says otherwise
+# The spark route's session settings (native.py), here and under spark-submit (submit.py)
+SPARK_ROUTE_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # Delta's log replay: 50 partitions by default, each a task
+    "spark.databricks.delta.snapshotPartitions": "2",
+    # Parquet's own microsecond timestamps, as delta-rs writes them: Spark's default INT96
+    # reads back (delta-rs, DuckDB) as nanoseconds, whose range stops at the years 1677 and 2262
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    # timestamps without time zone read and written as they are (native.py)
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.streaming.stopTimeout": STOP_TIMEOUT,
+}
 STAGING = "_bottler_staging"  # under the warehouse: each batch's staged rows, removed after it
 
 
@@ -110,18 +123,9 @@ def spark_session(master: str = "local[2]", app: str = "bottler-warehouse",
     if route == "spark":
         from materializers.warehouse.jars import spark_jars
 
-        builder = (builder.config("spark.jars", ",".join(spark_jars()))
-                   .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-                   .config("spark.sql.catalog.spark_catalog",
-                           "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-                   # Delta's log replay: 50 partitions by default, each a task
-                   .config("spark.databricks.delta.snapshotPartitions", "2")
-                   # Parquet's own microsecond timestamps, as delta-rs writes them: Spark's
-                   # default INT96 reads back (delta-rs, DuckDB) as nanoseconds, whose range
-                   # stops at the years 1677 and 2262
-                   .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-                   # timestamps without time zone read and written as they are (native.py)
-                   .config("spark.sql.session.timeZone", "UTC"))
+        builder = builder.config("spark.jars", ",".join(spark_jars()))
+        for name, value in SPARK_ROUTE_CONF.items():
+            builder = builder.config(name, value)
     spark = jvm.start(builder)
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(KafkaRanges)

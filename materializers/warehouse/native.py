@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import tempfile
 import threading
@@ -58,6 +59,8 @@ log = logging.getLogger(__name__)
 
 ROUTES = ("python", "spark")  # --route: today's default, and this module
 STOP_TIMEOUT = 10.0  # seconds a stopped query has for its batch (commits are atomic)
+# the query's scratch checkpoint, named with the job's pid (upkeep.py removes a dead run's)
+CHECKPOINT_PREFIX = "bottler-warehouse-checkpoint-"
 
 
 # -- the Kafka client's properties for Spark's (Java) client ---------------------------------
@@ -141,7 +144,7 @@ class SparkRoute:
         for (topic, partition), offset in start.items():
             starting.setdefault(topic, {})[str(partition)] = offset
         positions = dict(start)  # where each batch begins
-        checkpoint = Path(tempfile.mkdtemp(prefix="bottler-warehouse-checkpoint-"))
+        checkpoint = Path(tempfile.mkdtemp(prefix=f"{CHECKPOINT_PREFIX}{os.getpid()}-"))
         failure: list[BaseException] = []
 
         def each(frame: Any, batch_id: int) -> None:

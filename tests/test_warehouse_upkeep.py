@@ -1,0 +1,66 @@
+"""The spark route's housekeeping without Spark (upkeep.py): VACUUM with the table's own
+retention, the table properties of a retention, and the removal of dead runs' scratch
+checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pyarrow as pa
+from deltalake import write_deltalake
+
+from materializers.warehouse import upkeep
+from materializers.warehouse.delta import open_table
+from materializers.warehouse.native import CHECKPOINT_PREFIX
+
+
+def test_vacuum_deletes_what_the_tables_own_retention_no_longer_needs(tmp_path):
+    path = tmp_path / "public" / "items"
+    for n in range(3):  # three versions, each rewriting the table
+        write_deltalake(path, pa.table({"id": [n]}), mode="overwrite",
+                        configuration=upkeep.retention(1 / 3600))  # one second
+    assert len(list(path.glob("*.parquet"))) == 3
+    # a file no tombstone names (a checkpoint dropped the expired tombstones)
+    (path / "part-00000-orphan.snappy.parquet").write_bytes(b"")
+    time.sleep(1.5)
+    gone = upkeep.vacuum(path)
+    assert len(gone) == 3
+    assert [p.name for p in path.glob("*.parquet")] == [
+        os.path.basename(u) for u in open_table(path).file_uris()]
+    assert open_table(path).to_pyarrow_table().to_pylist() == [{"id": 2}]
+
+
+def test_a_vacuum_leaves_the_log_checkpointed_within_ten_entries(tmp_path):
+    path = tmp_path / "public" / "items"
+    for n in range(12):  # delta-rs checkpoints every 100 commits: none yet
+        write_deltalake(path, pa.table({"id": [n]}), mode="append")
+    assert not (path / "_delta_log" / "_last_checkpoint").exists()
+    upkeep.vacuum(path)
+    last = json.loads((path / "_delta_log" / "_last_checkpoint").read_text())["version"]
+    assert open_table(path).version() - last < upkeep.CHECKPOINT_EVERY
+
+
+def test_a_retention_is_both_delta_retentions_in_whole_seconds():
+    assert upkeep.retention(24) == {"delta.deletedFileRetentionDuration": "interval 86400 seconds",
+                                    "delta.logRetentionDuration": "interval 86400 seconds"}
+    conf = upkeep.session_conf(0.1)
+    assert conf["spark.databricks.delta.properties.defaults.deletedFileRetentionDuration"] == (
+        "interval 360 seconds")
+    assert conf["spark.databricks.delta.properties.defaults.autoOptimize.autoCompact"] == "true"
+
+
+def test_the_scratch_checkpoints_of_dead_runs_are_removed(tmp_path, monkeypatch):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = tmp_path / f"{CHECKPOINT_PREFIX}{gone.pid}-abc"
+    live = tmp_path / f"{CHECKPOINT_PREFIX}{os.getpid()}-abc"
+    for d in (dead, live):
+        (d / "offsets").mkdir(parents=True)
+    upkeep.clean_scratch()
+    assert not dead.exists()
+    assert live.exists()
