@@ -52,12 +52,12 @@ endif
 status: $(STAMP)
 	@$(BIN)/bottler stack status --dir $(STACK_DIR)
 
-# Two workers, each with a stack of its own, each given whole modules (pytest-xdist): most of a
-# service test is waiting on processes, and two at once take 2 cores' worth of the work in about
-# 2/3 of the time (docs/quickstart.md); in the order tests/conftest.py gives them, slowest first.
+# Three workers, each with a stack of its own, each given whole modules (pytest-xdist): most of a
+# service test is waiting on processes, so even on 2 cores several at once finish sooner
+# (docs/quickstart.md); in the order tests/conftest.py gives them, slowest first.
 # TEST_WORKERS=0 runs the suite in this process alone. The tests also fetch Apicurio Registry's
 # jars (tests/test_apicurio.py), which `make up` does not need.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: deps test-jars
 	$(BIN)/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile \
 		--no-loadscope-reorder)

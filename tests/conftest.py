@@ -70,7 +70,8 @@ def pytest_collection_modifyitems(items):
 # The modules that take longest, longest first (wall time with two workers, measured with
 # BOTTLER_TEST_CPU_LOG at 58cf424): `make test` starts them first, so that no worker is left
 # running a long one at the end while the other idles. A stale entry costs only time.
-SLOW_MODULES = ("test_second_engine", "test_apicurio", "test_stack_lifecycle", "test_stack_stops",
+SLOW_MODULES = ("test_second_engine", "test_warehouse_cluster", "test_apicurio",
+                "test_stack_lifecycle", "test_stack_stops",
                 "test_client_properties", "test_secured_broker", "test_core_behaviour",
                 "test_faults", "test_warehouse_cli", "test_warehouse_spark_route",
                 "test_appliance", "test_warehouse_job", "test_conformance", "test_scale_out",
