@@ -25,7 +25,7 @@ from tests.bench import connect, data
 from tests.bench.ceilings import drop_slot
 from tests.bench.kafka import delete_topics, wait_until
 from tests.bench.latency import TOPIC_CONFIG
-from tests.bench.migration import SEED_DONE, _database, _drop, _pg_dump
+from tests.bench.migration import SEED_DONE, _count, _database, _drop, _pg_dump
 from tests.bench.peers_report import Row, Run, say
 from tests.bench.procs import CaptureProcess, CpuMeter, cpu_seconds
 from tests.bench.replica import ReplicaProcess
@@ -98,15 +98,6 @@ def _equal_at(source: tuple[int, int], target: str, table: str,
         raise RuntimeError(f"the target's {table} differs from the source: checksum {found} "
                            f"against {source}")
     return at
-
-
-def _count(dsn: str, table: str) -> int:
-    try:
-        with psycopg.connect(dsn) as conn:
-            return conn.execute(sql.SQL("select count(*) from {}").format(
-                sql.Identifier(table))).fetchone()[0]
-    except psycopg.errors.UndefinedTable:
-        return 0
 
 
 def _debezium(ep, table, rows, changes, roots, out: Path) -> tuple[Run, Run | None]:
