@@ -126,9 +126,7 @@ def _debezium(ep, table, rows, changes, roots, out: Path) -> tuple[Run, Run | No
         worker.stop()
     finally:
         worker.cleanup()
-        drop_slot(ep.pg_dsn, DBZ_NAME)
-        delete_topics(ep.kafka, f"{DBZ_NAME}.")
-        _drop(ep.pg_dsn, "bench_peers_dbz")
+        _remove(ep, DBZ_NAME, "bench_peers_dbz")
     took = equal - started
     return Run(took, rows, cpu, rss, notes=[
         f"Debezium connector + JDBC sink in one Connect worker: {took:.1f} s from the worker's "
@@ -166,14 +164,19 @@ def _bottler(ep, env, table, rows, changes, roots, seed: bool) -> tuple[Run, Run
     finally:
         replica.stop()
         capture.stop()
-        drop_slot(ep.pg_dsn, BOTTLER_NAME)
-        delete_topics(ep.kafka, f"{BOTTLER_NAME}.")
-        _drop(ep.pg_dsn, "bench_peers_bottler")
+        _remove(ep, BOTTLER_NAME, "bench_peers_bottler")
     took = equal - started
     return Run(took, rows, cpu, rss, notes=[
         f"bottler capture + materialize postgres, {what}: {took:.1f} s from the capture's start "
         f"to the target equal (checksum); capture and replica CPU {cpu:.1f} s, peak RSS "
         f"{rss:.0f} MB (capture + its workers + replica, each VmHWM); {note}"]), up
+
+
+def _remove(ep, name: str, database: str) -> None:
+    """What one tool's PG→PG run left: its slot, its topics, its target database."""
+    drop_slot(ep.pg_dsn, name)
+    delete_topics(ep.kafka, f"{name}.")
+    _drop(ep.pg_dsn, database)
 
 
 def _catch_up(dsn, target, table, changes, procs, roots, who: str) -> Run:
