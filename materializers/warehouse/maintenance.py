@@ -32,8 +32,15 @@ def optimize(path: Path, target_size: int | None = None) -> dict:
     return table.optimize.compact(target_size=target_size)
 
 
-def vacuum(path: Path, retention_hours: int, dry_run: bool) -> list[str]:
-    """Delete (or, ``dry_run``, list) the files no version within ``retention_hours`` uses."""
+def vacuum(path: Path, retention_hours: int | None, dry_run: bool,
+           full: bool = False) -> list[str]:
+    """Delete (or, ``dry_run``, list) the files no version within ``retention_hours`` uses
+    (None: the table's own ``delta.deletedFileRetentionDuration``); ``full``, also the files no
+    log entry names any more. A path without a table has nothing to delete."""
     table = open_table(path)
+    if table is None:
+        return []
+    if retention_hours is None:
+        return table.vacuum(dry_run=dry_run, full=full)
     return table.vacuum(retention_hours=retention_hours, dry_run=dry_run,
-                        enforce_retention_duration=False)
+                        enforce_retention_duration=False, full=full)

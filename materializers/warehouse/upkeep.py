@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from materializers.core.changes import TopicPartition
+from materializers.warehouse import maintenance
 from materializers.warehouse.delta import open_table
 from materializers.warehouse.native import CHECKPOINT_PREFIX, SparkRoute
 from materializers.warehouse.sink import table_path
@@ -112,14 +113,12 @@ def vacuum(path: Path) -> list[str]:
     in the driver, in well under a second where delta-spark's took 34-63 s of Spark jobs per
     demo table (load average 10-15). The files it deleted."""
     started = time.monotonic()
-    table = open_table(path)
     # full: also the files no tombstone names any more (a checkpoint drops the tombstones past
     # the retention, whether or not a VACUUM came between)
-    gone = table.vacuum(dry_run=False, full=True) if table is not None else []
+    gone = maintenance.vacuum(path, None, dry_run=False, full=True)
     log.info("warehouse: VACUUM of %s: %d files deleted in %.1f s", path, len(gone),
              time.monotonic() - started)
-    if table is not None:
-        _checkpointed(path)
+    _checkpointed(path)
     return gone
 
 
@@ -128,6 +127,8 @@ def _checkpointed(path: Path) -> None:
     writes one after a commit whose version is a multiple of 10, and a VACUUM's own commits
     (delta-rs writes a start and an end) may take those versions."""
     table = open_table(path)
+    if table is None:
+        return
     marker = path / "_delta_log" / "_last_checkpoint"
     last = json.loads(marker.read_text())["version"] if marker.exists() else -1
     if table.version() - last >= CHECKPOINT_EVERY:
