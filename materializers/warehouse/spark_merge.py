@@ -66,21 +66,21 @@ class TopicWrite:
                 source = part.where("value IS NOT NULL").select(
                     *self.columns, F.col("partition").alias(PARTITION),
                     F.col("offset").alias(OFFSET))
-                mode = "overwrite" if overwrite else "append"
-                self._commit(tp, targets[tp], truncated, lambda txn, s=source, m=mode: (
-                    s.write.format("delta").mode(m).options(**txn)
-                    .option("mergeSchema", "true").save(str(self.path))))
+                self._commit(tp, targets[tp], truncated, self._save(source, overwrite))
                 continue
             source = self._last(part)
             if overwrite or open_table(self.path) is None:  # the table's (first) rows
                 claim(self.path)
                 upserts = source.where(f"NOT {DELETE}").drop(DELETE)
-                mode = "overwrite" if overwrite else "append"
-                self._commit(tp, targets[tp], truncated, lambda txn, s=upserts, m=mode: (
-                    s.write.format("delta").mode(m).options(**txn)
-                    .option("mergeSchema", "true").save(str(self.path))))
+                self._commit(tp, targets[tp], truncated, self._save(upserts, overwrite))
             else:
                 self._commit(tp, targets[tp], truncated, lambda _txn, s=source: self._merge(s))
+
+    def _save(self, frame: Any, overwrite: bool) -> Callable[[dict], None]:
+        """``write(txn)`` of ``frame``'s rows into the table, appended or overwriting it."""
+        mode = "overwrite" if overwrite else "append"
+        return lambda txn: (frame.write.format("delta").mode(mode).options(**txn)
+                            .option("mergeSchema", "true").save(str(self.path)))
 
     def _last(self, frame: Any) -> Any:
         """The last change of each key, by offset (a hash aggregate, no sort): the Delta
