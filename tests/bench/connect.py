@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import zipfile
 from pathlib import Path
 
 from psycopg.conninfo import conninfo_to_dict
@@ -51,7 +52,7 @@ AVRO = {
         "auto-register": "true",
         "find-latest": "true",
         "headers.enabled": "false",
-        "as-confluent": "true",
+        "id-handler": "io.apicurio.registry.serde.Legacy4ByteIdHandler",
         "use-id": "contentId",
     }.items()},
 }
@@ -154,6 +155,18 @@ def _properties(path: Path, settings: dict[str, str]) -> Path:
     return path
 
 
+def _converter_plugin(where: Path) -> None:
+    """Apicurio's converter as a plugin directory: its jars, and a jar of our own naming the
+    converter for Java's ServiceLoader (Apicurio's jar names none, and the worker finds plugins
+    that way alone: ``plugin.discovery=service_load``)."""
+    where.mkdir()
+    for jar in jars.fetch(AVRO_PLUGIN).glob("*.jar"):
+        (where / jar.name).symlink_to(jar)
+    with zipfile.ZipFile(where / "converter-services.jar", "w") as services:
+        services.writestr("META-INF/services/org.apache.kafka.connect.storage.Converter",
+                          AVRO_CONVERTER + "\n")
+
+
 class ConnectProcess(CaptureProcess):
     """One Kafka Connect standalone worker running ``connectors`` (name → settings), watched as
     the capture is (log lines, peak RSS); its offsets survive a restart."""
@@ -166,9 +179,10 @@ class ConnectProcess(CaptureProcess):
         self.home.chmod(0o700)
         plugins = self.home / "plugins"
         plugins.mkdir()
-        avro = converter.get("value.converter") == AVRO_CONVERTER
-        for profile in PLUGINS + ((AVRO_PLUGIN,) if avro else ()):
+        for profile in PLUGINS:
             (plugins / profile).symlink_to(jars.fetch(profile), target_is_directory=True)
+        if converter.get("value.converter") == AVRO_CONVERTER:
+            _converter_plugin(plugins / AVRO_PLUGIN)
         self.classpath = jars.classpath("connect")
         self.java = jars.java()
         (self.home / "log4j2.properties").write_text(LOG4J)

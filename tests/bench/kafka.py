@@ -11,18 +11,25 @@ from confluent_kafka.admin import AdminClient
 
 
 class TopicWatch:
-    def __init__(self, bootstrap: str, topic: str):
+    """Messages in a topic, or in several together (``more``)."""
+
+    def __init__(self, bootstrap: str, topic: str, *more: str):
         self.topic = topic
+        self.topics = (topic, *more)
         self._consumer = Consumer({"bootstrap.servers": bootstrap, "log_level": 4,
                                    "group.id": f"bench-{uuid.uuid4().hex[:8]}"})
 
     def end(self) -> int:
-        """Messages in the topic (the sum of its partitions' high watermarks), 0 if none yet."""
-        meta = self._consumer.list_topics(self.topic, timeout=10).topics[self.topic]
+        """Messages in the topics (the sum of their partitions' high watermarks), 0 for one
+        not made yet."""
+        return sum(self._end(topic) for topic in self.topics)
+
+    def _end(self, topic: str) -> int:
+        meta = self._consumer.list_topics(topic, timeout=10).topics[topic]
         if meta.error is not None:
             return 0
         return sum(
-            self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1]
+            self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
             for p in meta.partitions
         )
 
