@@ -5,18 +5,17 @@ other on the same table of ROWS rows (~100 B) and the same embedded stack's brok
   floor; Debezium's connector and JDBC sink; ``bottler capture`` and ``bottler materialize
   postgres``, through the topics and seeded), then the catch-up of --changes updates to
   target-equal, each checked by the same checksum against the source;
-- capture against capture:
-  - snapshot: Debezium's connector with a fresh slot, from the worker's start until the topic
-    holds every row; ``bottler capture`` with a fresh slot, from its start until its snapshot
-    line (written once Kafka acknowledged every row);
-  - streaming catch-up: both stopped, ROWS more rows inserted in one transaction, each resumed
-    in turn: from its start (and from its "streaming" log line) until its topic holds them;
-  - the CPU seconds of each process from its start until done, per 1M rows (the broker's and
-    Postgres's apart), and each process's peak RSS (VmHWM);
-  - live streaming and commit → broker latency, each tool in turn (tests/bench/peers_live.py).
+- capture against capture (tests/bench/peers_capture.py), on the table and on the demo shop's
+  four tables scaled to about as many rows (``shop``, tests/bench/peers_shop.py): each tool's
+  snapshot, then its streaming catch-up of as many rows again, with its CPU seconds per 1M rows
+  and peak RSS;
+- live streaming and commit → broker latency on the table, each tool in turn
+  (tests/bench/peers_live.py).
 
-The report (tests/bench/peers_report.py) lists Debezium's settings (tests/bench/connect.py
-WORKER, SOURCE and SINK). See docs/benchmarks.md "Against Debezium".
+Debezium writes Avro through Apicurio's converter, with Apicurio Registry as the stack's
+registry (both tools' schemas in it), or JSON with its schema inline (--debezium-format). The
+report (tests/bench/peers_report.py) lists Debezium's settings (tests/bench/connect.py: the
+converters, WORKER, SOURCE and SINK). See docs/benchmarks.md "Against Debezium".
 """
 
 from __future__ import annotations
