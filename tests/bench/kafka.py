@@ -6,7 +6,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 
@@ -28,10 +28,15 @@ class TopicWatch:
         meta = self._consumer.list_topics(topic, timeout=10).topics[topic]
         if meta.error is not None:
             return 0
-        return sum(
-            self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in meta.partitions
-        )
+        try:
+            return sum(
+                self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in meta.partitions
+            )
+        except KafkaException as exc:
+            if not exc.args[0].retriable():
+                raise
+            return 0  # a topic just made, its partitions' leader not elected yet
 
     def close(self) -> None:
         self._consumer.close()
