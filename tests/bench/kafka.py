@@ -6,8 +6,12 @@ import time
 import uuid
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
+
+# what a topic just made answers until its partitions have their leader
+NO_LEADER_YET = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                 KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION}
 
 
 class TopicWatch:
@@ -34,7 +38,7 @@ class TopicWatch:
                 for p in meta.partitions
             )
         except KafkaException as exc:
-            if not exc.args[0].retriable():
+            if exc.args[0].code() not in NO_LEADER_YET:
                 raise
             return 0  # a topic just made, its partitions' leader not elected yet
 
