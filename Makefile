@@ -103,7 +103,7 @@ bench: deps
 
 # bottler against Debezium in Kafka Connect (tests/bench/peers.py); its jars are fetched first.
 bench-peers: deps
-	@for p in connect debezium-postgres debezium-jdbc; do $(BIN)/python -m compose.jars $$p >/dev/null || exit 1; done
+	@for p in connect debezium-postgres debezium-jdbc apicurio apicurio-converter; do $(BIN)/python -m compose.jars $$p >/dev/null || exit 1; done
 	$(BIN)/python -m tests.bench.peers
 
 lint: $(STAMP)

@@ -12,12 +12,17 @@ from common.pg import connect
 TABLES = ("customers", "products", "orders", "order_items")
 
 
-def seed(dsn: str) -> dict[str, int]:
-    """Create and fill the shop's tables (only the empty ones are filled); return row counts."""
+ROWS = 16_201  # the shop's rows in all, at scale 1
+
+
+def seed(dsn: str, scale: int = 1) -> dict[str, int]:
+    """Create and fill the shop's tables (only the empty ones are filled), ``scale`` times the
+    demo's rows (the peers bench's shape); return row counts."""
     script = resources.files("compose").joinpath("demo_shop.sql").read_text()
     with connect(dsn) as conn:
         try:
             with conn.transaction():
+                conn.execute("select set_config('bottler.demo_scale', %s, true)", (str(scale),))
                 conn.execute(script)
         except psycopg.Error as exc:
             raise BottlerError(f"seeding the demo shop failed: {exc}") from None

@@ -4,7 +4,7 @@ import psycopg
 import pytest
 
 from common.errors import BottlerError
-from compose.demo import seed
+from compose.demo import ROWS, seed
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +19,18 @@ def test_seed_fills_every_table_and_is_idempotent(shop):
     first = seed(shop)
     assert set(first) == {"customers", "products", "orders", "order_items"}
     assert all(n > 0 for n in first.values())
+    assert sum(first.values()) == ROWS
     assert seed(shop) == first
+
+
+def test_a_scaled_shop_has_the_same_shape_times_the_scale(stack):
+    """The peers bench's shop (tests/bench/peers_capture.py): every table ``scale`` times."""
+    with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
+        conn.execute("drop database if exists demo_scaled")
+        conn.execute("create database demo_scaled")
+    scaled = seed(stack.pg_dsn.rsplit("/", 1)[0] + "/demo_scaled", scale=3)
+    assert scaled == {"customers": 3000, "products": 600, "orders": 15000,
+                      "order_items": 30_000}
 
 
 def test_shop_has_foreign_keys_and_the_promised_types(shop):

@@ -14,12 +14,14 @@ import subprocess
 import tempfile
 import threading
 import time
+import zipfile
 from pathlib import Path
 
 from psycopg.conninfo import conninfo_to_dict
 
-from compose import jars
+from compose import apicurio, jars
 from compose.procs import free_port
+from tests.bench.latency import avro_id
 from tests.bench.procs import CaptureProcess, peak_kb
 
 TASK_DIED = re.compile(r"unrecoverable exception|Failed to start (task|connector)")
@@ -30,14 +32,36 @@ JVM_OPTIONS = ["-Xms256M", "-Xmx2G", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
                "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
                "-Djava.awt.headless=true"]
 
-# The worker: JSON with schemas (Debezium's JDBC sink needs a record's schema; no Avro converter
-# that speaks our registry's Confluent API is on Maven Central), and the producer batching as
-# Debezium's and Kafka's documentation advise for throughput; lz4, as the capture's producer.
-WORKER = {
+FORMATS = ("json", "avro")  # what Debezium's connectors write: --debezium-format
+# The worker's converters: JSON with the schema inline in every message (Debezium's JDBC sink
+# needs a record's schema), or Avro through Apicurio's converter and registry (the schema id in
+# the message, as the capture's).
+JSON = {
     "key.converter": "org.apache.kafka.connect.json.JsonConverter",
     "value.converter": "org.apache.kafka.connect.json.JsonConverter",
     "key.converter.schemas.enable": "true",
     "value.converter.schemas.enable": "true",
+}
+AVRO_CONVERTER = "io.apicurio.registry.utils.converter.AvroConverter"
+# Apicurio's converter (2.6, compose/jars/pom.xml profile apicurio-converter) on the registry's
+# v2 API; Confluent's framing (a zero byte and a 4-byte content id in the payload, no headers),
+# as the capture writes.
+AVRO = {
+    **{f"{side}.converter": AVRO_CONVERTER for side in ("key", "value")},
+    **{f"{side}.converter.apicurio.registry.{k}": v for side in ("key", "value") for k, v in {
+        "auto-register": "true",
+        "find-latest": "true",
+        "headers.enabled": "false",
+        "id-handler": "io.apicurio.registry.serde.Legacy4ByteIdHandler",
+        "use-id": "contentId",
+    }.items()},
+}
+AVRO_PLUGIN = "apicurio-converter"  # the profile of compose/jars/pom.xml
+APICURIO_V2 = "/apis/registry/v2"  # the API Apicurio's converter 2.6 speaks, beside ccompat
+
+# The worker: the producer batching as Debezium's and Kafka's documentation advise for
+# throughput; lz4, as the capture's producer.
+WORKER = {
     "offset.flush.interval.ms": "1000",
     "plugin.discovery": "service_load",  # Debezium's jars have manifests: no class scan
     "producer.acks": "all",
@@ -88,6 +112,23 @@ def database_settings(dsn: str) -> dict[str, str]:
             "database.dbname": pg["dbname"]}
 
 
+def converters(fmt: str, registry: str) -> dict[str, str]:
+    """The worker's converter settings for ``fmt``; ``registry`` is the stack's (Apicurio's
+    Confluent-compatible API, for Avro)."""
+    if fmt == "json":
+        return JSON
+    if not registry.endswith(apicurio.CCOMPAT):
+        raise ValueError(f"Debezium's Avro needs Apicurio as the registry, not {registry}")
+    url = registry.removesuffix(apicurio.CCOMPAT) + APICURIO_V2
+    return {**AVRO, **{f"{side}.converter.apicurio.registry.url": url
+                       for side in ("key", "value")}}
+
+
+def key_reader(fmt: str):
+    """The row's id from Debezium's key in ``fmt``."""
+    return key_id if fmt == "json" else avro_id
+
+
 def key_id(key: bytes) -> int:
     """The row's id from Debezium's JSON key (``{"schema": …, "payload": {"id": N}}``)."""
     return int(json.loads(key)["payload"]["id"])
@@ -114,12 +155,24 @@ def _properties(path: Path, settings: dict[str, str]) -> Path:
     return path
 
 
+def _converter_plugin(where: Path) -> None:
+    """Apicurio's converter as a plugin directory: its jars, and a jar of our own naming the
+    converter for Java's ServiceLoader (Apicurio's jar names none, and the worker finds plugins
+    that way alone: ``plugin.discovery=service_load``)."""
+    where.mkdir()
+    for jar in jars.fetch(AVRO_PLUGIN).glob("*.jar"):
+        (where / jar.name).symlink_to(jar)
+    with zipfile.ZipFile(where / "converter-services.jar", "w") as services:
+        services.writestr("META-INF/services/org.apache.kafka.connect.storage.Converter",
+                          AVRO_CONVERTER + "\n")
+
+
 class ConnectProcess(CaptureProcess):
     """One Kafka Connect standalone worker running ``connectors`` (name → settings), watched as
     the capture is (log lines, peak RSS); its offsets survive a restart."""
 
     def __init__(self, name: str, bootstrap: str, connectors: dict[str, dict[str, str]],
-                 log: Path):
+                 log: Path, converter: dict[str, str] = JSON):
         super().__init__(name, {}, [])
         self.log = log  # the worker's output, kept after cleanup
         self.home = Path(tempfile.mkdtemp(prefix="bench-connect-"))
@@ -128,11 +181,13 @@ class ConnectProcess(CaptureProcess):
         plugins.mkdir()
         for profile in PLUGINS:
             (plugins / profile).symlink_to(jars.fetch(profile), target_is_directory=True)
+        if converter.get("value.converter") == AVRO_CONVERTER:
+            _converter_plugin(plugins / AVRO_PLUGIN)
         self.classpath = jars.classpath("connect")
         self.java = jars.java()
         (self.home / "log4j2.properties").write_text(LOG4J)
         self.worker = _properties(self.home / "worker.properties", {
-            **WORKER, "bootstrap.servers": bootstrap, "plugin.path": str(plugins),
+            **converter, **WORKER, "bootstrap.servers": bootstrap, "plugin.path": str(plugins),
             "offset.storage.file.filename": str(self.home / "offsets"),
             "listeners": f"http://127.0.0.1:{free_port()}",
         })

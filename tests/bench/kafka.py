@@ -6,25 +6,41 @@ import time
 import uuid
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
+
+# what a topic just made answers until its partitions have their leader
+NO_LEADER_YET = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                 KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION}
 
 
 class TopicWatch:
-    def __init__(self, bootstrap: str, topic: str):
+    """Messages in a topic, or in several together (``more``)."""
+
+    def __init__(self, bootstrap: str, topic: str, *more: str):
         self.topic = topic
+        self.topics = (topic, *more)
         self._consumer = Consumer({"bootstrap.servers": bootstrap, "log_level": 4,
                                    "group.id": f"bench-{uuid.uuid4().hex[:8]}"})
 
     def end(self) -> int:
-        """Messages in the topic (the sum of its partitions' high watermarks), 0 if none yet."""
-        meta = self._consumer.list_topics(self.topic, timeout=10).topics[self.topic]
+        """Messages in the topics (the sum of their partitions' high watermarks), 0 for one
+        not made yet."""
+        return sum(self._end(topic) for topic in self.topics)
+
+    def _end(self, topic: str) -> int:
+        meta = self._consumer.list_topics(topic, timeout=10).topics[topic]
         if meta.error is not None:
             return 0
-        return sum(
-            self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1]
-            for p in meta.partitions
-        )
+        try:
+            return sum(
+                self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in meta.partitions
+            )
+        except KafkaException as exc:
+            if exc.args[0].code() not in NO_LEADER_YET:
+                raise
+            return 0  # a topic just made, its partitions' leader not elected yet
 
     def close(self) -> None:
         self._consumer.close()

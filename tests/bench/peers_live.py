@@ -7,7 +7,7 @@ while the other is stopped (the machine's cores are the first tool's alone):
 - commit → broker append latency: the main bench's load and consumer (tests/bench/latency.py),
   single-row insert transactions at RATE a second for SECONDS, each message's broker append
   time (LogAppendTime, on both tools' topics) against its commit, matched by the row's id in
-  the message's key (the capture's Avro, Debezium's JSON).
+  the message's key (the capture's Avro, Debezium's Avro or JSON).
 """
 
 from __future__ import annotations

@@ -40,11 +40,11 @@ CHECKSUM = ("select count(*), coalesce(sum(hashtextextended(format('%s|%s|%s|%s'
 
 
 def pg2pg(ep, env, table: str, rows: int, changes: int, roots, notes: list[str],
-          out: Path) -> list[Row]:
+          out: Path, converter: dict[str, str] = connect.JSON) -> list[Row]:
     """The PG→PG figures; ``changes`` 0 leaves out the catch-up."""
     dump_s = rows / _pg_dump(ep.pg_dsn, table, rows).value
     say("PG→PG: Debezium's connector + JDBC sink")
-    dbz, dbz_up = _debezium(ep, table, rows, changes, roots, out)
+    dbz, dbz_up = _debezium(ep, table, rows, changes, roots, out, converter)
     say("PG→PG: bottler capture + materialize postgres, through the topics")
     through, ours_up = _bottler(ep, env, table, rows, changes, roots, seed=False)
     say("PG→PG: bottler capture + materialize postgres --seed-from")
@@ -100,7 +100,8 @@ def _equal_at(source: tuple[int, int], target: str, table: str,
     return at
 
 
-def _debezium(ep, table, rows, changes, roots, out: Path) -> tuple[Run, Run | None]:
+def _debezium(ep, table, rows, changes, roots, out: Path,
+              converter: dict[str, str]) -> tuple[Run, Run | None]:
     target = _database(ep.pg_dsn, "bench_peers_dbz")
     data.create_table(target, table)  # as the source's: the same types, the same checksum
     drop_slot(ep.pg_dsn, DBZ_NAME)
@@ -113,7 +114,7 @@ def _debezium(ep, table, rows, changes, roots, out: Path) -> tuple[Run, Run | No
         "dbz-sink": {**connect.SINK, "topics": f"{DBZ_NAME}.public.{table}",
                      "connection.url": jdbc, "connection.username": pg["user"],
                      "connection.password": pg["password"]},
-    }, log=out / "connect-pg2pg.log")
+    }, log=out / "connect-pg2pg.log", converter=converter)
     try:
         meter = CpuMeter(roots).start()
         started = worker.start().started_at

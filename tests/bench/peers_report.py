@@ -67,8 +67,9 @@ class Row:
         return "—" if self.ratio is None else f"{self.ratio:.2f}×"
 
 
-def versions() -> str:
-    """The peers' versions, as pinned in compose/jars/pom.xml."""
+def versions(fmt: str = "json") -> str:
+    """The peers' versions, as pinned in compose/jars/pom.xml, and the format Debezium
+    writes (``fmt``)."""
     pom = jars.POM.read_text()
 
     def pin(name: str) -> str:
@@ -77,14 +78,19 @@ def versions() -> str:
 
     return (f"peers: Debezium PostgreSQL connector {pin('debezium.version')} (pgoutput), "
             f"Debezium JDBC sink {pin('debezium.jdbc.version')}, Kafka Connect standalone "
-            f"{pin('connect.version')}, JSON converter with schemas (no Avro: see "
-            "docs/benchmarks.md); broker Apache Kafka " + pin("kafka.version"))
+            f"{pin('connect.version')}, " + (
+                f"Avro through Apicurio's converter {pin('apicurio-converter.version')} and "
+                f"Apicurio Registry {pin('apicurio.version')} (the stack's registry, both tools'"
+                " schemas in it)" if fmt == "avro" else "JSON converter with schemas, our "
+                "registry for the capture's Avro") +
+            "; broker Apache Kafka " + pin("kafka.version"))
 
 
-def _settings_lines() -> list[str]:
+def _settings_lines(converter: dict[str, str]) -> list[str]:
     hidden = ("password",)
     lines = []
-    for name, settings in (("Connect worker", connect.WORKER), ("Debezium source", connect.SOURCE),
+    for name, settings in (("Connect worker's converters", converter),
+                           ("Connect worker", connect.WORKER), ("Debezium source", connect.SOURCE),
                            ("Debezium JDBC sink", connect.SINK)):
         shown = ", ".join(f"{k}={v}" for k, v in settings.items()
                           if not any(h in k for h in hidden))
@@ -99,7 +105,8 @@ def _fmt(value: float | None, unit: str) -> str:
     return f"{value:,.1f} {unit}" if value < 100 else f"{value:,.0f} {unit}"
 
 
-def print_table(rows: list[Row], header: list[str], notes: list[str]) -> None:
+def print_table(rows: list[Row], header: list[str], notes: list[str],
+                converter: dict[str, str] = connect.JSON) -> None:
     console = Console() if sys.stdout.isatty() else Console(width=160)
     table = Table(title="bottler against Debezium (Kafka Connect standalone)",
                   title_justify="left")
@@ -111,21 +118,22 @@ def print_table(rows: list[Row], header: list[str], notes: list[str]) -> None:
     for line in header:
         console.print(line, highlight=False)
     console.print(table)
-    for line in notes + _settings_lines():
+    for line in notes + _settings_lines(converter):
         console.print("- " + line, highlight=False, soft_wrap=True)
 
 
-def write(out: Path, rows: list[Row], header: list[str], notes: list[str]) -> Path:
+def write(out: Path, rows: list[Row], header: list[str], notes: list[str],
+          converter: dict[str, str] = connect.JSON) -> Path:
     """Write ``out``/peers.md and its chart; return the report's path."""
     out.mkdir(parents=True, exist_ok=True)
     chart = draw(rows, out / CHART)
     path = out / "peers.md"
-    path.write_text(markdown(rows, header, notes, chart))
+    path.write_text(markdown(rows, header, notes, chart, converter))
     return path
 
 
 def markdown(rows: list[Row], header: list[str], notes: list[str],
-             chart: str | None = None) -> str:
+             chart: str | None = None, converter: dict[str, str] = connect.JSON) -> str:
     lines = ["# bottler against Debezium", ""] + [f"- {h}" for h in header] + [""]
     lines += ["| figure | Debezium | bottler | bottler ÷ Debezium | better |",
               "|---|--:|--:|--:|---|"]
@@ -134,7 +142,7 @@ def markdown(rows: list[Row], header: list[str], notes: list[str],
     if chart:
         lines += ["", f"![bottler ÷ Debezium, figure by figure]({chart})"]
     lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
-    lines += ["", "## Settings", ""] + [f"- {s}" for s in _settings_lines()]
+    lines += ["", "## Settings", ""] + [f"- {s}" for s in _settings_lines(converter)]
     return "\n".join(lines) + "\n"
 
 
