@@ -16,6 +16,8 @@ its raw ceiling in the same run:
   stopped when the cutover asks; the window from the fence to the verdict;
 - verify: ``migrate verify`` of the two identical databases against ``COPY … TO STDOUT`` of the
   table from both databases at once (two connections): reading both sides is verify's floor.
+
+`make bench-migration` (:func:`seeded_sizes`) measures the first two alone, at several sizes.
 """
 
 from __future__ import annotations
@@ -152,7 +154,7 @@ def seeded_sizes(dsn: str, bootstrap: str, env: dict[str, str], sizes: list[int]
         try:
             dump = _pg_dump(dsn, table, rows)
             seeded, dump, _, _ = _seeded(dsn, bootstrap, env, table, rows, dump, cpu_roots,
-                                         cutover=False)
+                                         full=False)
         finally:
             data.drop_table(dsn, table)
         figures += [_sized(dump, rows), _sized(seeded, rows)]
@@ -168,7 +170,11 @@ def seeded_target(rows: int) -> Target:
     return Target(">=", 1.0 if rows >= 10_000_000 else 0.7, of="ratio")
 
 
-def _seeded(dsn, bootstrap, env, table, rows, dump, cpu_roots, cutover=True):
+def _seeded(dsn, bootstrap, env, table, rows, dump, cpu_roots, full=True):
+    """The seeded copy, bracketed by ``dump`` and a second ``pg_dump | psql``; ``full``: then
+    the catch-up with the capture's snapshot, the cutover and the verify rate too, else the
+    capture and the replica are stopped once the target is verified (a large table's capture
+    snapshot would take minutes)."""
     say("migration: initial copy, seeded (--seed-from)")
     target = _database(dsn, "bench_migrate_seed")
     drop_slot(dsn, PREFIX)
@@ -187,18 +193,18 @@ def _seeded(dsn, bootstrap, env, table, rows, dump, cpu_roots, cutover=True):
                f"{cpu_seconds(replica.pid):.1f}")
         elapsed = seeded_at - capture.started_at
         steps = timeline(capture.started_at, {"capture": capture, "replica": replica})
-        if cutover:
+        if full:
             capture.wait_line(SNAPSHOT_DONE, timeout=600)
             caught_up = _wait(lambda: status(dsn, target, bootstrap, PREFIX, group=GROUP,
                                              tables=[table]).caught_up, 600)
             followed = (f"; caught up with the capture's snapshot in the topics "
                         f"{caught_up - capture.started_at:.1f} s after the capture's start")
-        else:  # the capture's snapshot of a large table would take minutes: stopped
+        else:
             followed = ""
         report = verify(dsn, target, tables=[table])
         if not report.identical:
             raise RuntimeError(f"the seeded target differs from the source: {report.tables}")
-        if not cutover:
+        if not full:
             replica.stop()
             capture.stop()
         dump = _bracketed(dump, _pg_dump(dsn, table, rows), rows)
@@ -210,7 +216,7 @@ def _seeded(dsn, bootstrap, env, table, rows, dump, cpu_roots, cutover=True):
                    f"verified equal afterwards){followed}",
                    steps, f"the seed's snapshot and COPY alone: {float(done[2]):.1f} s, "
                    f"{rows / dump.value / float(done[2]):.2f}× pg_dump | psql", cpu])
-        if not cutover:
+        if not full:
             return seeded, dump, None, []
         cut = _cutover(dsn, target, bootstrap, replica)
         checked = _verify_rate(dsn, target, table, rows)
