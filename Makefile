@@ -12,7 +12,7 @@ COMPOSE := docker compose -f compose/docker-compose.yml
 
 .PHONY: up down status test test-faults test-busy test-opensearch3 test-apicurio test-jars \
 	test-pg-matrix bench \
-	bench-peers lint deps system-deps jars
+	bench-migration bench-peers lint deps system-deps jars
 
 deps: system-deps $(STAMP) jars
 
@@ -100,6 +100,11 @@ test-apicurio: deps test-jars
 
 bench: deps
 	$(BIN)/python -m tests.bench
+
+# The seeded initial copy against pg_dump | psql at 1M and 10M rows (~1 GB; about 6 GB of disk
+# at the peak), alone: tests/bench/migration.py seeded_sizes.
+bench-migration: deps
+	$(BIN)/python -m tests.bench --migration-only --migration-sizes 1000000,10000000
 
 # bottler against Debezium in Kafka Connect (tests/bench/peers.py); its jars are fetched first.
 bench-peers: deps

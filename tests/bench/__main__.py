@@ -21,7 +21,7 @@ from tests.bench import ceilings, data, pyspy
 from tests.bench.kafka import delete_topics, expect_messages
 from tests.bench.large_transactions import large_transactions
 from tests.bench.latency import latency
-from tests.bench.migration import migration
+from tests.bench.migration import migration, seeded_sizes
 from tests.bench.procs import SNAPSHOT_DONE, CaptureProcess, running
 from tests.bench.replica import partitioned, replica
 from tests.bench.report import (
@@ -92,6 +92,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--migration-only", action="store_true",
                         help="only the migration figures: the initial copy against pg_dump | "
                              "psql, the cutover's downtime, the verify rate")
+    parser.add_argument("--migration-sizes", type=_sizes, metavar="N,N…",
+                        help="with --migration-only: instead, the seeded initial copy against "
+                             "pg_dump | psql alone, at each of these sizes (`make "
+                             "bench-migration`: 1000000,10000000)")
     parser.add_argument("--capture-only", action="store_true",
                         help="only the capture's figures (stream, snapshot) and their ceilings")
     parser.add_argument("--search-only", action="store_true",
@@ -113,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
                      "broker": stack.broker.running_pid(),
                      "search engine": stack.search_engine.running_pid()}
 
-        if not args.large_transactions_only:
+        if not (args.large_transactions_only or args.migration_sizes):
             say(f"filling {SNAPSHOT_TABLE} with {rows:,} rows (no slot exists yet)")
             _snapshot_table(ep.pg_dsn, SNAPSHOT_TABLE, rows)
 
@@ -121,6 +125,9 @@ def main(argv: list[str] | None = None) -> None:
             figures += _replica(ep, env, SNAPSHOT_TABLE, rows, cpu_roots, args.profile)
         elif args.warehouse_only:
             figures += warehouse_load(ep, env, SNAPSHOT_TABLE, say=say)
+        elif args.migration_only and args.migration_sizes:
+            figures += seeded_sizes(ep.pg_dsn, ep.kafka, env, args.migration_sizes,
+                                    cpu_roots, stack.root)
         elif args.migration_only:
             figures += migration(ep.pg_dsn, ep.kafka, env, SNAPSHOT_TABLE, rows, cpu_roots)
         elif args.large_transactions_only:

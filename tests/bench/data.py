@@ -62,3 +62,19 @@ def vacuum(dsn: str, table: str) -> None:
     """Set hint bits and the visibility map, so a COPY reads the table as a snapshot would."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("vacuum analyze {}").format(sql.Identifier(table)))
+
+
+def create_filled(dsn: str, table: str, rows: int) -> None:
+    """A table of ``rows`` rows filled in one statement, its primary key built after (a sorted
+    build, not an index insert per row: seconds per 10M rows saved), vacuumed."""
+    drop_table(dsn, table)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL(
+            "create table {} (id int not null, a text not null, b text not null, "
+            "t timestamptz not null)").format(sql.Identifier(table)))
+        conn.execute(sql.SQL(
+            "insert into {} select g, md5(g::text), md5((g * 2)::text), now() "
+            "from generate_series(1, %s::int) g").format(sql.Identifier(table)), (rows,))
+        conn.execute(sql.SQL("alter table {} add primary key (id)").format(
+            sql.Identifier(table)))
+    vacuum(dsn, table)

@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 CAPTURE_WAIT_LOG = 10.0  # seconds between "waiting for the capture" lines
 CAPTURE_POLL = 0.05  # seconds between looks at the capture's records
+LOOK_WAIT = 10  # ms a fetch of the seed's looking consumer may wait at the broker for records
 # A seed marks itself from its start (see _mark), but while its capture has not started a
 # snapshot, for at most this many seconds: a seed waiting for a capture that is not there (a
 # wrong prefix) must not hold up the snapshot of another capture of the same database.
@@ -51,8 +52,11 @@ class CaptureWatch:
                 raise Stopped()
 
     def _consumer(self) -> Consumer:
-        """A consumer that only looks (watermarks, metadata, the capture's records)."""
-        return Consumer(reader_config(self.bootstrap, "seed"))
+        """A consumer that only looks (watermarks, metadata, the capture's records). Its fetches
+        wait at most LOOK_WAIT at the broker: one left waiting at the end of the records when
+        the look ends delays the next look's first fetch by as long (librdkafka sends one
+        fetch at a time to a broker), half a second by default, on the seed's critical path."""
+        return Consumer(reader_config(self.bootstrap, "seed", **{"fetch.wait.max.ms": LOOK_WAIT}))
 
     def _capture_ready(self, consumer: Consumer, topic: str) -> bool:
         """Reads the capture's records (from where the last look ended); a snapshot starting

@@ -47,7 +47,10 @@ class Progress:
             table.chunks -= 1
             if table.chunks == 0 and table.failed is None and table.deferred_key:
                 try:
+                    built = time.monotonic()
                     add_key(target, table.id, table.deferred_key)
+                    log.info("seed: %s: primary key built in %.1f s", table.id,
+                             time.monotonic() - built)
                 except psycopg.Error as exc:
                     target.rollback()
                     table.failed = ("its primary key could not be built after the copy:"

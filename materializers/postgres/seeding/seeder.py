@@ -154,7 +154,7 @@ class Seeder(CaptureWatch):
 
     def _copy(self, pending: list[SeedTable]) -> None:
         started = time.monotonic()
-        partitions = self._topics()
+        partitions = self._partitions([t.topic for t in pending])
         starts = {t.topic: self._end_offsets(t.topic, partitions.get(t.topic, [])) for t in
                   pending}
         opened: list[psycopg.Connection] = []
@@ -186,6 +186,12 @@ class Seeder(CaptureWatch):
         log.info("seed: copied %d rows of %d tables in %.1f s (%.0f rows/s)", self.rows,
                  sum(t.failed is None for t in pending), elapsed,
                  self.rows / elapsed if elapsed else 0)
+
+    def _partitions(self, topics: Sequence[str]) -> dict[str, list[int]]:
+        """The partitions of ``topics``: the plan chose them, so no need to read the capture's
+        ownership records again (which cost up to half a second: see CaptureWatch._consumer)."""
+        metadata = self._looker().list_topics(timeout=10).topics
+        return {t: sorted(metadata[t].partitions) for t in topics if t in metadata}
 
     def _end_offsets(self, topic: str, partitions: Sequence[int]) -> dict[int, int]:
         consumer = self._looker()
