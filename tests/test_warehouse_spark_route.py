@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Producer
 
 from common.errors import BottlerError
-from materializers.warehouse import jars
+from materializers.warehouse import jars, spark_merge
 from materializers.warehouse.delta import open_table
 from materializers.warehouse.kafka import java_properties
 from materializers.warehouse.native import SparkRoute
@@ -122,6 +122,21 @@ def test_the_spark_route_loads_merges_and_resumes_from_delta(spark_native, stack
                      "the continuous job's merge")
     finally:
         route.close()
+
+
+def test_batches_checked_for_repeated_keys_dedupe_only_where_one_repeats(
+        spark_native, stack, source, prefix, start, tmp_path, monkeypatch):
+    monkeypatch.setattr(spark_merge, "REPEATS_CHECKED", 0)  # every batch checked, however small
+    execute(source, SHOP)
+    start(allow_unkeyed=True)
+    wait_streaming(source, prefix)
+    root = tmp_path / "warehouse" / prefix
+    converge(spark_native, stack, root, prefix, source)  # each key once: appended as it is
+    execute(source, *LOAD)
+    converge(spark_native, stack, root, prefix, source)  # keys repeated: the last one merged
+    execute(source, "update items set name = 'once' where id = 5", "delete from items where id = 6")
+    converge(spark_native, stack, root, prefix, source)  # each key once: merged as it is
+    assert open_table(root / "public" / "items").history(1)[0]["operation"] == "MERGE"
 
 
 def test_a_jar_missing_or_not_matching_is_one_line_naming_the_pin(tmp_path):

@@ -77,7 +77,7 @@ def materialize_warehouse(s: WarehouseSettings) -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
     started = time.monotonic()
     try:
-        spark = spark_session(s.master, driver_host=s.driver_host, route=s.route)
+        spark = spark_session(s.master, driver_host=s.driver_host, route=s.route, once=s.once)
     except jvm.Stopped as stopped:
         log.info("warehouse %s", stopped)
         return

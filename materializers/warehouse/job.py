@@ -73,8 +73,12 @@ log = logging.getLogger(__name__)
 # The driver's JVM (executors too, in local mode) starts in about half the time with C1 only
 # and the serial collector; its own work is small (the Python workers decode and stage).
 JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto"
-# The spark route (native.py) decodes and merges in the JVM: it needs the optimising compiler.
+# The spark route (native.py) decodes and merges in the JVM. Running for good, it wants the
+# optimising compiler (C2); for one load (--once) C1 alone costs less: on the 1,050,000-row
+# topic, C2's compiler threads took 23.6 CPU s of the run's 58 and saved 8.4 s of the tasks'
+# (docs/warehouse.md, Performance).
 JVM_OPTIONS_SPARK = "-XX:+UseParallelGC -Xshare:auto"
+JVM_OPTIONS_SPARK_ONCE = JVM_OPTIONS_SPARK + " -XX:TieredStopAtLevel=1"
 STOP_TIMEOUT = "10000"  # ms a stopped query waits for its batch (atomic commits, or replayed)
 DRIVER_HOST = "127.0.0.1"  # where the driver listens unless --driver-host says otherwise
 # The spark route's session settings (native.py), here and under spark-submit (submit.py)
@@ -94,7 +98,7 @@ STAGING = "_bottler_staging"  # under the warehouse: each batch's staged rows, r
 
 
 def spark_session(master: str = "local[2]", app: str = "bottler-warehouse",
-                  driver_host: str = DRIVER_HOST, route: str = "python"):
+                  driver_host: str = DRIVER_HOST, route: str = "python", once: bool = False):
     """A Spark session whose Python workers run this interpreter (so they import bottler), with
     the ``bottler_kafka`` data source registered. Its JVM dies with this process; SIGTERM or
     SIGINT during the start ends it and raises :class:`jvm.Stopped`; end the session with
@@ -102,7 +106,7 @@ def spark_session(master: str = "local[2]", app: str = "bottler-warehouse",
     ``driver_host`` only: loopback unless asked (executors elsewhere need an address they reach);
     Spark's own default is the machine's network address. ``route="spark"`` (native.py) adds
     the jars of Spark's Kafka source, spark-avro and delta-spark (jars.py) and Delta's SQL
-    extension."""
+    extension; ``once``: a single load, whose JVM compiles with C1 alone."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # the address Spark takes for this machine's (its other parts, its log): the driver's too
@@ -117,7 +121,8 @@ def spark_session(master: str = "local[2]", app: str = "bottler-warehouse",
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.driver.memory", "2g")
                .config("spark.driver.extraJavaOptions",
-                       JVM_OPTIONS_SPARK if route == "spark" else JVM_OPTIONS)
+                       JVM_OPTIONS if route != "spark"
+                       else JVM_OPTIONS_SPARK_ONCE if once else JVM_OPTIONS_SPARK)
                .config("spark.sql.streaming.stopTimeout", STOP_TIMEOUT)
                .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
     if route == "spark":

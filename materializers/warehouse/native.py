@@ -48,6 +48,7 @@ from materializers.core.decode import DecodeError, truncate_event
 from materializers.core.ownership import OwnedTopics
 from materializers.core.poison import DeadLetters
 from materializers.warehouse import kafka, stream
+from materializers.warehouse.batch import DELETE
 from materializers.warehouse.delta import open_table, stored_offsets
 from materializers.warehouse.sink import DeltaSink, table_path
 from materializers.warehouse.source import decoder
@@ -206,15 +207,15 @@ class SparkRoute:
             barrier = barriers.get(topic, {})
             parts = {tp for tp in moved if tp[0] == topic} | set(barrier)
             starts = {tp: max(begins.get(tp, 0), barrier.get(tp, 0)) for tp in parts}
-            result.messages += sum(end - begins.get(tp, 0) for tp, end in moved.items()
-                                   if tp[0] == topic)
+            count = sum(end - begins.get(tp, 0) for tp, end in moved.items() if tp[0] == topic)
+            result.messages += count
             rows = frame.where((F.col("topic") == topic) & _from(starts))
             # a truncate read after its topic's later rows: those applied again, after it
             again = {tp: (b, begins[tp]) for tp, b in barrier.items() if b < begins.get(tp, 0)}
             if again:
                 rows = rows.unionByName(self._read(again))
             targets = {tp: max(starts[tp], ends.get(tp, 0)) for tp in parts}
-            self._topic(rows, topic, targets, bool(barrier), result)
+            self._topic(rows, topic, targets, bool(barrier), result, count)
         if control:
             result.messages += sum(end - begins.get(tp, 0) for tp, end in control.items())
             self.sink._store_elsewhere(control)
@@ -272,9 +273,9 @@ class SparkRoute:
                 .option("failOnDataLoss", "false").load())
 
     def _topic(self, frame: Any, topic: str, targets: dict[TopicPartition, int],
-               truncated: bool, result: RouteResult) -> None:
-        """The rows of ``topic`` decoded, its poison set aside, the rest committed: one commit
-        per partition of ``targets`` (spark_merge.py)."""
+               truncated: bool, result: RouteResult, messages: int) -> None:
+        """The ``messages`` rows of ``topic`` decoded, its poison set aside, the rest committed:
+        one commit per partition of ``targets`` (spark_merge.py)."""
         from pyspark.sql import functions as F  # noqa: N812
 
         schemas = topic_schemas(self.client, topic)
@@ -290,18 +291,25 @@ class SparkRoute:
                 return
         columns, unfit = rows(schemas.latest, "v")
         missing = missing_struct(schemas)
+        key = (decoded("key", schemas.keys, schemas.latest_key) if schemas.latest_key is not None
+               else F.lit(None))
         frame = frame.select("partition", "offset", "key", "value",
-                             decoded("value", schemas.values, schemas.latest, missing).alias("v"))
+                             decoded("value", schemas.values, schemas.latest, missing).alias("v"),
+                             key.alias("k"))
         poison = F.col("value").isNotNull() & F.col("v").isNull()
         if unfit is not None:
             poison = poison | (F.col("v").isNotNull() & unfit)
-        # decoded once: the poison rows are looked for in what the merge then reads
-        frame = frame.withColumn("_poison", poison).persist()
+        # decoded once and cached: the poison rows are looked for in what the commits then
+        # read; the message's bytes are kept for the poison rows alone (their dead letters)
+        frame = frame.select(
+            "partition", "offset", "v", "k", F.col("value").isNull().alias(DELETE),
+            poison.alias("_poison"), *(F.when(poison, F.col(c)).alias(c) for c in ("key", "value"))
+        ).persist()
         try:
             self._dead_letters(frame.where("_poison"), topic, result)
             self.sink._check_own(path, schemas.table, targets)
             write = TopicWrite(self.spark, path, schemas, columns, missing)
-            write.write(frame.where("NOT _poison"), targets, truncated)
+            write.write(frame.where("NOT _poison"), targets, truncated, messages)
         finally:
             frame.unpersist()
         result.changes += write.changes

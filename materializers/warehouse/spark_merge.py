@@ -31,17 +31,21 @@ from typing import Any
 from materializers.core.changes import TopicPartition
 from materializers.warehouse.batch import DELETE, OFFSET, PARTITION
 from materializers.warehouse.delta import app_id, claim, open_table, stored_offsets, table_schema
-from materializers.warehouse.spark_avro import TopicSchemas, decoded, rows
+from materializers.warehouse.spark_avro import TopicSchemas, rows
 
+# A batch of this many rows or more is checked for keys changed more than once (one hash aggregate
+# of the keys) before its commits, which skip the dedupe's sorts where none is: below it, the
+# check's own Spark job costs more than the dedupe it could spare.
+REPEATS_CHECKED = 50_000
 TXN_APP, TXN_VERSION = ("spark.databricks.delta.write.txnAppId",
                         "spark.databricks.delta.write.txnVersion")
 
 
 class TopicWrite:
     """The commits of one table topic's rows of a batch into the Delta table at ``path``:
-    ``frame`` holds the decoded rows (``partition``, ``offset``, ``key``, ``value``, ``v``)
-    fit for Delta; ``columns``: the Delta columns of ``v``; ``missing``: the defaults struct
-    (spark_avro.missing_struct) or None."""
+    ``frame`` holds the decoded rows fit for Delta (``partition``, ``offset``, ``v``, ``k``
+    the decoded key, and the ``DELETE`` flag of a tombstone); ``columns``: the Delta columns
+    of ``v``; ``missing``: the defaults struct (spark_avro.missing_struct) or None."""
 
     def __init__(self, spark: Any, path: Path, schemas: TopicSchemas, columns: list[Any],
                  missing: tuple[Any, dict] | None):
@@ -50,25 +54,30 @@ class TopicWrite:
         self.keys = schemas.key_columns()
         self.changes = self.commits = 0
 
-    def write(self, frame: Any, targets: dict[TopicPartition, int], truncated: bool) -> None:
+    def write(self, frame: Any, targets: dict[TopicPartition, int], truncated: bool,
+              messages: int = 0) -> None:
         """One commit per partition of ``targets`` (partition -> the offset its commit
-        records), in ascending order; ``truncated``: the first overwrites the table."""
+        records), in ascending order; ``truncated``: the first overwrites the table;
+        ``messages``: the rows of ``frame``, about (a batch of ``REPEATS_CHECKED`` or more
+        is checked for keys changed more than once first, :meth:`_repeated`)."""
         from pyspark.sql import functions as F  # noqa: N812
 
         if not truncated:
             self._add_defaults()
+        repeated = ({tp[1] for tp in targets} if self.keys is None or messages < REPEATS_CHECKED
+                    else self._repeated(frame))
         first = True
         for tp in sorted(targets):
             part = frame.where(F.col("partition") == tp[1])
             overwrite = truncated and first
             first = False
             if self.keys is None:  # unkeyed: every upsert appended with its place in the topic
-                source = part.where("value IS NOT NULL").select(
+                source = part.where(f"NOT {DELETE}").select(
                     *self.columns, F.col("partition").alias(PARTITION),
                     F.col("offset").alias(OFFSET))
                 self._commit(tp, targets[tp], truncated, self._save(source, overwrite))
                 continue
-            source = self._last(part)
+            source = self._source(part, tp[1] in repeated)
             if overwrite or open_table(self.path) is None:  # the table's (first) rows
                 claim(self.path)
                 upserts = source.where(f"NOT {DELETE}").drop(DELETE)
@@ -77,25 +86,37 @@ class TopicWrite:
                 self._commit(tp, targets[tp], truncated, lambda _txn, s=source: self._merge(s))
 
     def _save(self, frame: Any, overwrite: bool) -> Callable[[dict], None]:
-        """``write(txn)`` of ``frame``'s rows into the table, appended or overwriting it."""
+        """``write(txn)`` of ``frame``'s rows into the table, appended or overwriting it.
+        Without the table's optimized write: its rows come in as few Spark partitions as the
+        session has cores (the dedupe's shuffle, or the Kafka source's split), a file each,
+        and the optimized write's shuffle would put them all into one task, one core."""
         mode = "overwrite" if overwrite else "append"
         return lambda txn: (frame.write.format("delta").mode(mode).options(**txn)
+                            .option("optimizeWrite", "false")
                             .option("mergeSchema", "true").save(str(self.path)))
 
-    def _last(self, frame: Any) -> Any:
-        """The last change of each key, by offset (a hash aggregate, no sort): the Delta
-        columns, the key's columns (a delete's come from its key) and the DELETE flag."""
+    @staticmethod
+    def _repeated(frame: Any) -> set[int]:
+        """The partitions of the batch where a key has more than one change (a hash aggregate
+        of the keys alone): only those need the per-key dedupe. A snapshot, or a table's
+        changes at a few a second, has each key once per batch."""
+        found = (frame.groupBy("partition", "k").count().where("count > 1")
+                 .select("partition").distinct().collect())
+        return {row["partition"] for row in found}
+
+    def _source(self, frame: Any, repeated: bool) -> Any:
+        """A partition's changes, one per key: the Delta columns, the key's columns (a
+        delete's come from its key) and the DELETE flag. ``repeated``: a key has several
+        changes, and the last by offset is kept (``max_by``, whose struct buffer makes it a
+        sort aggregate: two sorts of the rows, the dedupe's cost)."""
         from pyspark.sql import functions as F  # noqa: N812
 
-        schemas = self.schemas
-        key_columns, _ = rows(schemas.latest_key, "k", "_key_")
-        keyed = frame.select(
-            "partition", "offset", "v",
-            decoded("key", schemas.keys, schemas.latest_key).alias("k"),
-            F.col("value").isNull().alias(DELETE))
-        last = keyed.groupBy("k").agg(F.max_by(F.struct("v", DELETE), F.struct(
-            "partition", "offset")).alias("last")).select("k", "last.*")
-        source = last.select(*self.columns, *key_columns, DELETE)
+        key_columns, _ = rows(self.schemas.latest_key, "k", "_key_")
+        keyed = frame.select("partition", "offset", "v", "k", DELETE)
+        if repeated:
+            keyed = keyed.groupBy("k").agg(F.max_by(F.struct("v", DELETE), F.struct(
+                "partition", "offset")).alias("last")).select("k", "last.*")
+        source = keyed.select(*self.columns, *key_columns, DELETE)
         for k in self.keys:
             source = source.withColumn(k, F.coalesce(F.col(k), F.col(f"_key_{k}")))
         return source.drop(*[f"_key_{k}" for k in self.keys])
@@ -162,7 +183,10 @@ class TopicWrite:
 
 
 def _rows(table: Any) -> int:
-    """The source rows of the table's last commit (its operation metrics): the changes it
-    applied after the per-key dedupe."""
-    metrics = (table.history(1)[0].get("operationMetrics") or {}) if table is not None else {}
-    return int(metrics.get("numSourceRows") or metrics.get("numOutputRows") or 0)
+    """The source rows of the table's last commit (its operation metrics; an auto compaction
+    may have committed after it): the changes it applied after the per-key dedupe."""
+    for entry in table.history(2) if table is not None else ():
+        if entry.get("operation") != "OPTIMIZE":
+            metrics = entry.get("operationMetrics") or {}
+            return int(metrics.get("numSourceRows") or metrics.get("numOutputRows") or 0)
+    return 0

@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_EVERY = 10  # delta-spark's delta.checkpointInterval default
 AUTO_COMPACT_FILES = 20  # small files that make Delta's auto compaction run (Delta's own: 50)
+# A file auto compaction rewrites is smaller than this (Delta's own: 64 MB, half its target):
+# a large batch's files, tens of MB each, are left as they are
+SMALL_FILE = 8 * 1024 * 1024
 COMPACTION = {"delta.autoOptimize.optimizeWrite": "true", "delta.autoOptimize.autoCompact": "true"}
 _SCRATCH_PID = re.compile(re.escape(CHECKPOINT_PREFIX) + r"(\d+)-")
 
@@ -67,7 +70,8 @@ def session_conf(hours: float) -> dict[str, str]:
     compaction's threshold."""
     defaults = {f"spark.databricks.delta.properties.defaults.{k.removeprefix('delta.')}": v
                 for k, v in (COMPACTION | retention(hours)).items()}
-    return defaults | {"spark.databricks.delta.autoCompact.minNumFiles": str(AUTO_COMPACT_FILES)}
+    return defaults | {"spark.databricks.delta.autoCompact.minNumFiles": str(AUTO_COMPACT_FILES),
+                       "spark.databricks.delta.autoCompact.minFileSize": str(SMALL_FILE)}
 
 
 class Upkeep:

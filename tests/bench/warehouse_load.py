@@ -4,7 +4,8 @@
   from process start and from its first batch, against a plain delta-rs append of the same rows
   (the target's own bulk path) and against the consumer loop's route (the same DeltaSink fed
   by `materializers.core.Materializer`, no Spark: the collect-to-driver route is gone);
-- the demo shop's four topics loaded with ``--once``, from process start (target < 20 s);
+- the demo shop's four topics loaded with ``--once``, from process start (target < 20 s), also
+  with `make up`'s appliance running beside it (a stack of its own, every app; the spark route);
 - the continuous job: commit → Delta lag p99 at 1,000 changes/s (target < 5 s), then an idle
   trigger's CPU seconds, the job's whole process tree (driver, JVM, Python workers; target
   < 0.2 s).
@@ -187,18 +188,39 @@ def _shop(ep, env, work: Path, say) -> list[Figure]:
     say("warehouse: the demo shop, captured, then `materialize warehouse --once`")
     seed(ep.pg_dsn)
     _snapshot(env, SHOP_PREFIX, list(TABLES))
-    figures = []
-    for route in ("python", "spark"):
-        job = _load(env, work / f"shop-{route}", SHOP_PREFIX, route=route)
-        messages = sum(int(m[1]) for _, line in job.lines if (m := re.search(BATCH, line)))
-        figures.append(Figure(
-            f"warehouse ({route} route): the demo shop's four topics, --once, from process "
-            "start", job.ended - job.started_at, "s", target=Target("<", 20),
-            notes=[f"{messages:,} messages; batches {job.batches()} s; from process start to "
-                   "exit (Spark's start, the query, the merges, the JVM's end)"]))
+    figures = [_shop_load(env, work / f"shop-{route}", route) for route in ("python", "spark")]
+    say("warehouse: the demo shop's --once (spark route) beside `make up`'s appliance")
+    figures.append(_beside_appliance(env, work))
     delete_topics(ep.kafka, f"{SHOP_PREFIX}.")
     drop_slot(ep.pg_dsn, SHOP_PREFIX)
     return figures
+
+
+def _shop_load(env, path: Path, route: str, beside: str = "") -> Figure:
+    job = _load(env, path, SHOP_PREFIX, route=route)
+    messages = sum(int(m[1]) for _, line in job.lines if (m := re.search(BATCH, line)))
+    return Figure(
+        f"warehouse ({route} route): the demo shop's four topics, --once, from process "
+        f"start{beside}", job.ended - job.started_at, "s", target=Target("<", 20),
+        notes=[f"{messages:,} messages; batches {job.batches()} s; from process start to "
+               "exit (Spark's start, the query, the merges, the JVM's end)"])
+
+
+def _beside_appliance(env, work: Path) -> Figure:
+    """The spark route's shop figure with `make up`'s appliance running beside it: a stack of
+    its own (postgres, the broker, the search engine, the registry, the demo shop) with every
+    app (the capture, the views, the continuous warehouse job, the demo's write load), as on
+    a user's machine; the load reads the bench stack's topics as before."""
+    from compose.stack import isolated_stack
+
+    with isolated_stack() as appliance:
+        appliance.up(apps=appliance.APPS, demo=True)
+        delta_log = appliance.root / "warehouse" / "public" / "orders" / "_delta_log"
+        wait_until(lambda: delta_log.is_dir(), 600, "the appliance's warehouse job at work")
+        figure = _shop_load(env, work / "shop-beside", "spark", ", `make up`'s apps running")
+    figure.notes.append("beside it, a stack of its own: " + ", ".join(appliance.APPS)
+                        + " (the demo's 5 transactions/s)")
+    return figure
 
 
 def _lag_and_idle(ep, env, work: Path, say) -> list[Figure]:
