@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 # The continuous job's trigger, per route: the spark route commits per table and trigger, and a
 # Delta table wants few commits (each one a log entry and a file), so it waits longer.
-INTERVALS = {"python": 1.0, "spark": 10.0}
+INTERVALS = {"python": 1.0, "spark": 60.0}
 RETENTION_HOURS = 24.0  # --retention-hours' default (upkeep.py)
 warehouse_app = typer.Typer(no_args_is_help=True, help="Maintain the Delta warehouse tables.")
 

@@ -4,8 +4,9 @@
     python -m tests.bench.warehouse_upkeep --dir .stack --seconds 60
 
 Per table: its version, the data files of the current version and those on disk, the log entries
-since the last checkpoint, the size on disk against the current version's data; then the
-warehouse process's CPU (with all it started) over ``--seconds``, and the load average."""
+since the last checkpoint, the size on disk (and the log's part of it) against the current
+version's data; then the warehouse process's CPU (with all it started) over ``--seconds``, and
+the load average."""
 
 from __future__ import annotations
 
@@ -31,12 +32,13 @@ def table_figures(path: Path) -> dict | None:
         if (log / "_last_checkpoint").exists() else None
     data = sum(pa.table(table.get_add_actions(flatten=True)).column("size_bytes").to_pylist())
     on_disk = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    log_bytes = sum(p.stat().st_size for p in log.iterdir() if p.is_file())
     return {"version": table.version(), "files": len(table.file_uris()),
             "files_on_disk": sum(1 for _ in path.rglob("*.parquet")
                                  if "_delta_log" not in _.parts),
             "since_checkpoint": table.version() - (checkpoint if checkpoint is not None else -1),
             "checkpoints": len(list(log.glob("*.checkpoint*.parquet"))),
-            "data_kb": data / 1024, "disk_kb": on_disk / 1024}
+            "data_kb": data / 1024, "disk_kb": on_disk / 1024, "log_kb": log_bytes / 1024}
 
 
 def main() -> None:
@@ -47,14 +49,14 @@ def main() -> None:
     args = parser.parse_args()
     stack = Stack(args.dir)
     print(f"{'table':24} {'version':>7} {'files':>5} {'on disk':>7} {'since ckpt':>10} "
-          f"{'ckpts':>5} {'data KB':>8} {'disk KB':>8} {'ratio':>5}")
+          f"{'ckpts':>5} {'data KB':>8} {'disk KB':>8} {'log KB':>7} {'ratio':>5}")
     for path in delta_tables(args.dir / "warehouse"):
         f = table_figures(path)
         if f is None:
             continue
         print(f"{path.parent.name + '.' + path.name:24} {f['version']:7} {f['files']:5} "
               f"{f['files_on_disk']:7} {f['since_checkpoint']:10} {f['checkpoints']:5} "
-              f"{f['data_kb']:8.0f} {f['disk_kb']:8.0f} "
+              f"{f['data_kb']:8.0f} {f['disk_kb']:8.0f} {f['log_kb']:7.0f} "
               f"{f['disk_kb'] / max(f['data_kb'], 1e-9):5.1f}")
     pid = args.pid or stack.status().get("warehouse")
     if pid is not None:
