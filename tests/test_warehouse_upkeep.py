@@ -44,6 +44,24 @@ def test_a_vacuum_leaves_the_log_checkpointed_within_ten_entries(tmp_path):
     assert open_table(path).version() - last < upkeep.CHECKPOINT_EVERY
 
 
+def test_a_vacuum_deletes_the_checksums_whose_commit_the_log_cleanup_removed(tmp_path):
+    path = tmp_path / "public" / "items"
+    for n in range(4):
+        write_deltalake(path, pa.table({"id": [n]}), mode="append")
+    open_table(path).create_checkpoint()
+    log_dir = path / "_delta_log"
+    checksums = [log_dir / f"{v:020d}.crc" for v in range(4)]  # delta-spark's, one per commit
+    temporary = log_dir / f".{3:020d}.crc.3f2a.tmp"  # one being written
+    for f in (*checksums, temporary):
+        f.write_text("{}")
+    for v in range(2):  # expired: the log cleanup deleted the commits, not their checksums
+        (log_dir / f"{v:020d}.json").unlink()
+    upkeep.vacuum(path)
+    assert [f.exists() for f in checksums] == [False, False, True, True]
+    assert temporary.exists()
+    assert open_table(path).version() == 3
+
+
 def test_a_retention_is_both_delta_retentions_in_whole_seconds():
     assert upkeep.retention(24) == {"delta.deletedFileRetentionDuration": "interval 86400 seconds",
                                     "delta.logRetentionDuration": "interval 86400 seconds"}
