@@ -41,6 +41,11 @@ class KafkaTransactions:
             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS, **BASE_CONFIG, **extra_config,
             "transactional.id": tid}))
         try:
+            # connected first: librdkafka asks for the transaction coordinator at once, and
+            # when no connection is up yet it may wait for its next 500 ms timer (a third of
+            # cold starts measured 0.51 s, against 0.06 s; 0.006 s once connected), on the
+            # capture's path to its slot
+            self.producer.list_topics(timeout=TIMEOUT)
             self.producer.init_transactions(TIMEOUT)
         except KafkaException as exc:
             raise self.failed("cannot start", exc) from None
