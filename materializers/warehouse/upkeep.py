@@ -142,22 +142,21 @@ def _checkpointed(path: Path) -> None:
         table.create_checkpoint()
 
 
-_CHECKSUM = re.compile(r"^(\d{20})\.crc$")
+_CHECKSUM = re.compile(r"^\d{20}\.crc$")
 
 
-def _drop_orphan_checksums(path: Path) -> list[str]:
+def _drop_orphan_checksums(path: Path) -> None:
     """Delete the checksums (``N.crc``, 4-17 KB, which delta-spark writes beside each commit)
     whose commit the log cleanup removed. delta-spark's cleanup at its checkpoints deletes
     both, delta-rs's (after a VACUUM took a checkpoint's version) only the commit: measured,
     61 checksums left beside 9 commits after an hour, the log growing ~5 KB per batch. A
     checksum is written after its commit, so one without its commit is never a commit under
-    way. The names deleted."""
+    way."""
     log_dir = path / "_delta_log"
     orphans = [f for f in log_dir.glob("*.crc")
                if _CHECKSUM.match(f.name) and not f.with_suffix(".json").exists()]
     for orphan in orphans:
         orphan.unlink(missing_ok=True)
-    return sorted(f.name for f in orphans)
 
 
 def clean_scratch() -> None:
