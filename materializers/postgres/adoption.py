@@ -30,7 +30,7 @@ from common.errors import BottlerError
 from common.kafka import Connection, client_config
 from materializers.core import watermarks
 from materializers.core.changes import Change, TableId, TopicPartition
-from materializers.postgres.ddl import qualified, quote
+from materializers.postgres.ddl import qualified, quote, unique_keys
 from schemas.topics import TRUNCATE
 
 log = logging.getLogger(__name__)
@@ -136,23 +136,15 @@ def _digest(columns: Sequence[str], alias: str = "t") -> str:
     return f"md5(row({cols})::text)"
 
 
-# The columns of the table's primary key, else of its narrowest plain unique index (the replica
-# needs one of them to write into an adopted table).
-_KEY = ("select array_agg(a.attname order by k.ord) from pg_index i"
-        " cross join unnest(i.indkey) with ordinality k(attnum, ord)"
-        " join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum"
-        " where i.indrelid = %s::regclass and i.indisunique and i.indpred is null"
-        " and i.indexprs is null group by i.indexrelid, i.indisprimary"
-        " order by i.indisprimary desc, count(*) limit 1")
-
-
 def keep_rows(conn: psycopg.Connection, table: TableId) -> None:
     """Record a digest of the key of each row ``table`` holds now: the user's rows at its
     adoption. By key, not by the whole row: an event from before the point may have changed a
     user's row (an upsert of its key) before a truncate or a delete from before the point comes,
     and the row must stay whichever the replica reads first (its other columns are the user's)."""
-    key = conn.execute(_KEY, (qualified(table),)).fetchone()
-    columns = list(key[0]) if key and key[0] else [r[0] for r in conn.execute(
+    # the primary key, else the narrowest plain unique index (the replica needs one of them to
+    # write into an adopted table)
+    keys = unique_keys(conn, table)
+    columns = keys[0] if keys else [r[0] for r in conn.execute(
         "select attname from pg_attribute where attrelid = %s::regclass and attnum > 0"
         " and not attisdropped order by attnum", (qualified(table),)).fetchall()]
     conn.execute("insert into bottler.adopted_tables (schema_name, table_name, columns)"

@@ -140,6 +140,20 @@ def existing_shape(conn: psycopg.Connection, table: TableId) -> TableShape | Non
     return TableShape(columns, key)
 
 
+def unique_keys(conn, table: TableId) -> list[list[str]]:
+    """The columns, in index order, of each of the table's unique indexes an ``ON CONFLICT``
+    can use (no predicate, no expression): the primary key first, then the narrowest."""
+    rows = conn.execute(
+        "select array_agg(a.attname order by k.ord) from pg_index i"
+        " cross join unnest(i.indkey) with ordinality k(attnum, ord)"
+        " join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum"
+        " where i.indrelid = %s::regclass and i.indisunique and i.indpred is null"
+        " and i.indexprs is null group by i.indexrelid, i.indisprimary"
+        " order by i.indisprimary desc, count(*)", (qualified(table),),
+    ).fetchall()
+    return [list(r[0]) for r in rows]
+
+
 def create_statements(table: TableId, shape: TableShape) -> list[str]:
     """``CREATE SCHEMA IF NOT EXISTS`` and ``CREATE TABLE``, compiled by SQLAlchemy Core."""
     metadata = MetaData()

@@ -24,7 +24,7 @@ import psycopg
 from common.errors import BottlerError
 from materializers.core.changes import TableId
 from materializers.postgres import adoption
-from materializers.postgres.ddl import TableShape, qualified, quote, renames
+from materializers.postgres.ddl import TableShape, qualified, quote, renames, unique_keys
 
 OWNERSHIP_DDL = [
     "create table if not exists bottler.replica_tables (schema_name text not null,"
@@ -119,7 +119,8 @@ def conflicts(conn: psycopg.Connection, table: TableId, existing: TableShape,
     """Raise :class:`TargetConflict` if the replica cannot write ``desired`` rows into the
     existing table without destroying the user's data or failing on every row."""
     renamed = renames(existing, desired, owned.columns)  # renamed before the key is used
-    if desired.key and {renamed.get(k, k) for k in desired.key} not in _unique_keys(conn, table):
+    key = {renamed.get(k, k) for k in desired.key}
+    if desired.key and key not in [set(k) for k in unique_keys(conn, table)]:
         have = f"primary key ({', '.join(existing.key)})" if existing.key else "no primary key"
         raise TargetConflict(
             f"target table {table} has {have}, but the source's key is"
@@ -148,17 +149,6 @@ def conflicts(conn: psycopg.Connection, table: TableId, existing: TableShape,
                 f"alter it: alter table {qualified(table)} alter column {quote(column.name)}"
                 f" type {column.type}; or drop the table so that the replica creates it",
             )
-
-
-def _unique_keys(conn: psycopg.Connection, table: TableId) -> list[set[str]]:
-    """The column sets of the table's unique indexes an ``ON CONFLICT`` can use."""
-    rows = conn.execute(
-        "select array_agg(a.attname) from pg_index i"
-        " join pg_attribute a on a.attrelid = i.indrelid and a.attnum = any(i.indkey)"
-        " where i.indrelid = %s::regclass and i.indisunique and i.indpred is null"
-        " and i.indexprs is null group by i.indexrelid", (qualified(table),),
-    ).fetchall()
-    return [set(r[0]) for r in rows]
 
 
 def _unfillable(conn: psycopg.Connection, table: TableId) -> Iterable[str]:
