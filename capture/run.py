@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from confluent_kafka.admin import AdminClient
@@ -18,6 +19,7 @@ from capture.publish.registrar import Registrar
 from capture.publish.transactional import KafkaTransactions, transactional_id
 from capture.settings import CaptureSettings
 from capture.setup import state, topics
+from capture.setup.topics import TopicSet
 from capture.setup.undo import Undo
 from capture.snapshot import exported
 from capture.source import database, standby
@@ -78,29 +80,23 @@ def _checked(s: CaptureSettings, catalog, writes, stop: threading.Event) -> None
         raise slot_safety.lost_slot_error(s.slot)
     # Kafka and the registry are checked before anything is created in the database.
     check_broker(s.kafka)  # a wrong property fails here, in one line
-    # Streamed transactions are published in Kafka transactions: registered now (a restart
-    # fences its predecessor's), the broker's grant checked before anything is created
-    transactions = streaming_wanted(
-        catalog.info.server_version, s.stream_large_transactions,
-        lambda: KafkaTransactions(s.broker, transactional_config(s.kafka_config, s.topic_config),
-                                  transactional_id(s.topic_prefix, s.slot)))
-    admin = AdminClient(client_config(s.kafka, log_level=2))
-    progress = state.CaptureState(s.broker, s.topic_prefix, s.kafka_config)
-    # A slot it streamed from, missing here (a failover that could not keep it): never a
-    # silent new snapshot, which would leave the rows deleted meanwhile in the views
-    gone = not lost and slot_safety.is_gone(catalog, s.slot, progress, admin)
-    if gone and not s.recover_lost_slot:
-        raise slot_safety.gone_slot_error(catalog, s.slot)
-    if (lost or gone) and s.skip_snapshot:
-        raise BottlerError("--recover-lost-slot snapshots every table again: it cannot be "
-                           "combined with --skip-snapshot", "drop --skip-snapshot")
     registrar = Registrar(s.schema_registry) if s.output_format == "avro" else None
-    if registrar:
-        registrar.check()
-    publications = Publications(writes, s.slot, s.publication, s.tables, s.allow_unkeyed,
-                                s.generated_columns)
-    published = publications.check()
-    database.check_toast(writes, published, s.replica_identity_full)
+    # The checks that wait on the broker or the registry alone run beside the others: every
+    # one still ends before anything is created, and the start is that much shorter (a seed
+    # waits for it). Streamed transactions are published in Kafka transactions: registered
+    # now (a restart fences its predecessor's, the broker's grant is checked); a broker's
+    # first transaction ever takes it half a second.
+    with ThreadPoolExecutor(2, thread_name_prefix="check") as pool:
+        registered = pool.submit(
+            streaming_wanted, catalog.info.server_version, s.stream_large_transactions,
+            lambda: KafkaTransactions(s.broker, transactional_config(s.kafka_config,
+                                                                     s.topic_config),
+                                      transactional_id(s.topic_prefix, s.slot)))
+        registry_checked = pool.submit(registrar.check) if registrar else None
+        admin, progress, gone, published, publications = _checked_here(s, catalog, writes, lost)
+        transactions = registered.result()
+        if registry_checked is not None:
+            registry_checked.result()
     undo = Undo(s.postgres, admin, registrar, primary=s.primary)
     with undo.on_failure():
         control = ControlEvents(s.topic_prefix, s.output_format, registrar)
@@ -115,20 +111,41 @@ def _checked(s: CaptureSettings, catalog, writes, stop: threading.Event) -> None
         progress.close()
 
 
+def _checked_here(s: CaptureSettings, catalog, writes, lost: bool):
+    """The checks :func:`_checked` makes in its own thread meanwhile: the slot (its records in
+    Kafka too), the tables."""
+    admin = AdminClient(client_config(s.kafka, log_level=2))
+    progress = state.CaptureState(s.broker, s.topic_prefix, s.kafka_config)
+    # A slot it streamed from, missing here (a failover that could not keep it): never a
+    # silent new snapshot, which would leave the rows deleted meanwhile in the views
+    gone = not lost and slot_safety.is_gone(catalog, s.slot, progress, admin)
+    if gone and not s.recover_lost_slot:
+        raise slot_safety.gone_slot_error(catalog, s.slot)
+    if (lost or gone) and s.skip_snapshot:
+        raise BottlerError("--recover-lost-slot snapshots every table again: it cannot be "
+                           "combined with --skip-snapshot", "drop --skip-snapshot")
+    publications = Publications(writes, s.slot, s.publication, s.tables, s.allow_unkeyed,
+                                s.generated_columns)
+    published = publications.check()
+    database.check_toast(writes, published, s.replica_identity_full)
+    return admin, progress, gone, published, publications
+
+
 def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, undo: Undo,
                       registrar: Registrar | None, publications: Publications,
                       control: ControlEvents, progress: state.CaptureState,
                       transactions: KafkaTransactions | None) -> None:
     admin = undo.admin
     with undo.on_failure():
-        topics.ensure_topics(admin, [progress.topic], config=s.topic_config, created=undo.topics)
-        # Control events must outlive every table message they refer to: no time-based deletion.
-        topics.ensure_topics(admin, [], control.topics, created=undo.topics,
-                             config={**s.topic_config, "retention.ms": "-1"})
         on_error = OnError.of(s.on_error, s.topic_prefix, s.slot)
+        made = [TopicSet([progress.topic], config=s.topic_config),
+                # Control events must outlive every table message they refer to: no time-based
+                # deletion.
+                TopicSet(plain=control.topics, config={**s.topic_config, "retention.ms": "-1"})]
         if on_error.mode == "dead-letter":
-            topics.ensure_topics(admin, [], [on_error.topic], created=undo.topics,
-                                 config=on_error.topic_config(s.topic_config))
+            made.append(TopicSet(plain=[on_error.topic],
+                                 config=on_error.topic_config(s.topic_config)))
+        topics.ensure_topic_sets(admin, made, created=undo.topics)
         ownership = undo.ownership = state.TopicOwnership(
             progress, s.topic_prefix, s.slot, s.output_format)
         tables = Tables(catalog, registrar, admin, s.topic_prefix, s.output_format,

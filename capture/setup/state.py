@@ -9,6 +9,7 @@ under way (incremental.py); under `topic/<topic>`, each table topic the capture 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -16,9 +17,23 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from capture.publish.errors import RESUME, producer_failed
 from capture.setup import topics
 from common.errors import BottlerError
-from common.kafka import client_config, reader_config
+from common.kafka import client_config, passing, reader_config
 from schemas import ownership
 from schemas.topics import STATE, with_prefix
+
+
+def _end(consumer: Consumer, partition: TopicPartition, timeout: float = 10.0) -> int:
+    """The partition's end offset. The capture's start reads its progress topic right after
+    making it, when the broker may not lead the partition yet for a moment (it said the
+    topic had a leader already)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return consumer.get_watermark_offsets(partition, timeout=timeout)[1]
+        except KafkaException as exc:
+            if not passing(exc.args[0]) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 class CaptureState:
@@ -40,7 +55,7 @@ class CaptureState:
         try:
             state: dict[str, dict] = {}
             partition = TopicPartition(self.topic, 0, 0)
-            _, high = consumer.get_watermark_offsets(partition, timeout=10)
+            high = _end(consumer, partition)
             if high == 0:
                 return state
             consumer.assign([partition])

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
@@ -42,6 +44,20 @@ from common.kafka import await_topics, denied, is_denied
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class TopicSet:
+    """Topics made alike: compacted or plain (time-based deletion), with the same settings."""
+
+    compacted: Sequence[str] = ()
+    plain: Sequence[str] = ()
+    config: Mapping[str, str] = field(default_factory=dict)
+
+    def wanted(self) -> dict[str, dict[str, str]]:
+        """Each topic's settings at its creation."""
+        wanted = {t: {**self.config, "cleanup.policy": "compact"} for t in self.compacted}
+        return wanted | {t: {**self.config, "cleanup.policy": "delete"} for t in self.plain}
+
+
 def ensure_topics(
     admin: AdminClient,
     compacted: list[str],
@@ -56,14 +72,22 @@ def ensure_topics(
     New topics get ``partitions`` (default 1); existing ones keep theirs, a different count
     logged once (see the module's doc). Those created are added to ``created`` (a failed start
     removes them again)."""
-    wanted = {t: {**(config or {}), "cleanup.policy": "compact"} for t in compacted}
-    wanted |= {t: {**(config or {}), "cleanup.policy": "delete"} for t in plain}
+    ensure_topic_sets(admin, [TopicSet(compacted, plain, config or {})], partitions, created)
+
+
+def ensure_topic_sets(admin: AdminClient, sets: Sequence[TopicSet], partitions: int | None = None,
+                      created: list[str] | None = None) -> None:
+    """:func:`ensure_topics` for several sets of topics at once: one look at the broker's
+    topics, one request that creates the missing ones, one wait for them (a capture's start
+    waits for each)."""
+    wanted = {t: cfg for each in sets for t, cfg in each.wanted().items()}
     try:
         existing = admin.list_topics(timeout=10).topics
     except KafkaException as exc:
         raise unreachable_broker(exc.args[0].str()) from None
-    if config:
-        _alter_configs(admin, [t for t in wanted if t in existing], config)
+    for each in sets:
+        if each.config:
+            _alter_configs(admin, [t for t in each.wanted() if t in existing], dict(each.config))
     if partitions is not None:
         for topic in wanted:
             if topic in existing and (has := len(existing[topic].partitions)) != partitions:

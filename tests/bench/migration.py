@@ -40,7 +40,7 @@ from bottler.migrate.status import status
 from bottler.migrate.verify import verify
 from tests.bench import data
 from tests.bench.ceilings import drop_slot
-from tests.bench.kafka import delete_topics
+from tests.bench.kafka import delete_topics, warm_transactions
 from tests.bench.latency import TOPIC_CONFIG
 from tests.bench.procs import SNAPSHOT_DONE, CaptureProcess, CpuMeter, cpu_seconds
 from tests.bench.replica import ReplicaProcess
@@ -146,6 +146,7 @@ def seeded_sizes(dsn: str, bootstrap: str, env: dict[str, str], sizes: list[int]
         raise SystemExit(f"bench: {max(sizes):,} rows need about {need / 2**30:.0f} GB free "
                          f"where the stack runs ({where}), and {free / 2**30:.1f} GB are: free "
                          "some, or give smaller --migration-sizes")
+    warm_transactions(bootstrap)
     figures = []
     for rows in sizes:
         table = f"bench_migrate_{rows}"
