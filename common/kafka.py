@@ -232,7 +232,7 @@ def _log_ends(connection: Connection, partitions: list[tuple[str, int]], timeout
         if failure is None:
             return {(tp.topic, tp.partition): answer.offset for tp, answer in answers.items()}
         if passing(failure.args[0]) and time.monotonic() < deadline:
-            time.sleep(0.2)  # a topic just made, or a broker just started: no leader yet
+            time.sleep(0.02)  # a topic just made, or a broker just started: no leader yet
             continue
         topics = ", ".join(sorted({t for t, _ in partitions}))
         raise BottlerError(f"cannot read the end offsets of {topics} from Kafka at "

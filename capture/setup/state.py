@@ -9,7 +9,6 @@ under way (incremental.py); under `topic/<topic>`, each table topic the capture 
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -17,23 +16,9 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from capture.publish.errors import RESUME, producer_failed
 from capture.setup import topics
 from common.errors import BottlerError
-from common.kafka import client_config, passing, reader_config
+from common.kafka import client_config, high_watermarks, reader_config
 from schemas import ownership
 from schemas.topics import STATE, with_prefix
-
-
-def _end(consumer: Consumer, partition: TopicPartition, timeout: float = 10.0) -> int:
-    """The partition's end offset. The capture's start reads its progress topic right after
-    making it, when the broker may not lead the partition yet for a moment (it said the
-    topic had a leader already)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return consumer.get_watermark_offsets(partition, timeout=timeout)[1]
-        except KafkaException as exc:
-            if not passing(exc.args[0]) or time.monotonic() >= deadline:
-                raise
-            time.sleep(0.01)
 
 
 class CaptureState:
@@ -44,18 +29,22 @@ class CaptureState:
         self._producer: Producer | None = None
         self._errors: list = []  # failed deliveries, reported by the next write or flush
 
+    def _connection(self) -> dict[str, str]:
+        return {**self.extra, "bootstrap.servers": self.bootstrap}
+
     def read(self, key: str) -> dict | None:
         """The last state recorded under ``key``."""
         return self.read_all().get(key)
 
     def read_all(self) -> dict[str, dict]:
         """Every key's last recorded state, read from the start of the topic to its end."""
-        consumer = Consumer(reader_config({**self.extra, "bootstrap.servers": self.bootstrap},
-                                          "capture-state"))
+        consumer = Consumer(reader_config(self._connection(), "capture-state"))
         try:
             state: dict[str, dict] = {}
             partition = TopicPartition(self.topic, 0, 0)
-            high = _end(consumer, partition)
+            # the admin's read waits while the partition has no leader: the capture's start reads
+            # the topic right after making it
+            high = high_watermarks(self._connection(), [(self.topic, 0)])[(self.topic, 0)]
             if high == 0:
                 return state
             consumer.assign([partition])
@@ -105,7 +94,7 @@ class CaptureState:
         work rather than before its slot is made."""
         if self._producer is None:
             self._producer = Producer(client_config(
-                {**self.extra, "bootstrap.servers": self.bootstrap},
+                self._connection(),
                 **{"enable.idempotence": True, "acks": "all"}))
             self._producer.poll(0)
 

@@ -19,7 +19,7 @@ from schemas.topics import STATE, with_prefix
 log = logging.getLogger(__name__)
 
 CAPTURE_WAIT_LOG = 10.0  # seconds between "waiting for the capture" lines
-CAPTURE_POLL = 0.05  # seconds between looks at the capture's records
+CAPTURE_POLL = 0.02  # seconds between looks at the capture's records (each a cheap request)
 LOOK_WAIT = 10  # ms a fetch of the seed's looking consumer may wait at the broker for records
 # A seed marks itself from its start (see _mark), but while its capture has not started a
 # snapshot, for at most this many seconds: a seed waiting for a capture that is not there (a
