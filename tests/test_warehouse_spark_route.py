@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from common.errors import BottlerError
 from materializers.warehouse import jars, spark_merge
@@ -100,17 +101,23 @@ def test_the_spark_route_loads_merges_and_resumes_from_delta(spark_native, stack
     items = open_table(root / "public" / "items")
     assert items.transaction_version(f"bottler:{prefix}.items:0") > first
     assert items.history(1)[0]["operation"] == "MERGE"
+    assert "_bottler_delete" not in items.schema().to_arrow().names  # the flag stays out
     versions = {t: open_table(root / "public" / t).version() for t in QUERIES}
     load(spark_native, stack, root, prefix)  # nothing new: no commit
     assert {t: open_table(root / "public" / t).version() for t in QUERIES} == versions
-    # a message that does not decode: set aside with its place, the rest merged
+    # messages that do not decode (an unknown schema id; the latest one's, and a body that is
+    # not Avro): set aside with their places, the rest merged
+    latest = SchemaRegistryClient({"url": stack.registry_url}).get_latest_version(
+        f"{prefix}.items-value").schema_id
+    junk = [b"\x00\x00\x00\x7f\xffjunk", b"\x00" + latest.to_bytes(4, "big") + b"\xff" * 4]
     producer = Producer({"bootstrap.servers": stack.kafka})
-    producer.produce(f"{prefix}.items", key=b"not avro", value=b"\x00\x00\x00\x7f\xffjunk")
+    for value in junk:
+        producer.produce(f"{prefix}.items", key=b"not avro", value=value)
     producer.flush(30)
     execute(source, "update items set name = 'after the poison' where id = 3")
     converge(spark_native, stack, root, prefix, source)
     dead = read_topic(stack.kafka, with_prefix(prefix, DEAD_LETTER))
-    assert [m.value() for m in dead] == [b"\x00\x00\x00\x7f\xffjunk"]
+    assert [m.value() for m in dead] == junk
     assert dict(dead[0].headers())["bottler.topic"] == f"{prefix}.items".encode()
     # the continuous job: a processing-time trigger picks up what comes, then stops when told
     route = SparkRoute(spark_native, root, bootstrap=stack.kafka, registry=stack.registry_url,

@@ -52,7 +52,13 @@ from materializers.warehouse.batch import DELETE
 from materializers.warehouse.delta import open_table, stored_offsets
 from materializers.warehouse.sink import DeltaSink, table_path
 from materializers.warehouse.source import decoder
-from materializers.warehouse.spark_avro import decoded, missing_struct, rows, topic_schemas
+from materializers.warehouse.spark_avro import (
+    decoded,
+    missing_struct,
+    rows,
+    topic_schemas,
+    undecoded,
+)
 from materializers.warehouse.spark_merge import TopicWrite
 from schemas.topics import DEAD_LETTER, TRUNCATE, table_topics, with_prefix
 
@@ -296,7 +302,8 @@ class SparkRoute:
         frame = frame.select("partition", "offset", "key", "value",
                              decoded("value", schemas.values, schemas.latest, missing).alias("v"),
                              key.alias("k"))
-        poison = F.col("value").isNotNull() & F.col("v").isNull()
+        poison = F.col("value").isNotNull() & (F.col("v").isNull()
+                                               | undecoded(schemas, "v"))
         if unfit is not None:
             poison = poison | (F.col("v").isNotNull() & unfit)
         # decoded once and cached: the poison rows are looked for in what the commits then

@@ -96,6 +96,25 @@ def _inlined(avro, named: dict):
     return inline(avro)
 
 
+def undecoded(schemas: TopicSchemas, struct: str) -> Any:
+    """The condition of a row of column ``struct`` (the latest value schema, decoded by
+    :func:`decoded`) whose body did not decode: ``from_avro``'s PERMISSIVE mode gives a record
+    of nulls then, not a null. A field no row leaves null tells: a key's (a table's key
+    columns are in every row), or in an unkeyed table a NOT NULL column's (``pg.notnull``; not
+    one added with a default, which the row gets). An unkeyed table whose every column may be
+    null cannot tell: such a body is taken for a row of nulls."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    if schemas.latest_key is not None:
+        telling = [f["name"] for f in schemas.latest_key["fields"]]
+    else:
+        telling = [f["name"] for f in schemas.latest["fields"]
+                   if f.get("pg.notnull") and f.get("pg.missing") is None]
+    if not telling:
+        return F.lit(False)
+    return F.col(f"{struct}.`{telling[0]}`").isNull()
+
+
 def missing_struct(schemas: TopicSchemas):
     """The defaults of the latest schema's columns added with one, as a struct column of their
     Avro fields (a constant), and its record schema; None if the schema has none."""

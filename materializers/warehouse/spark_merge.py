@@ -3,13 +3,13 @@
 **One commit per topic-partition.** delta-spark records one transaction identifier per commit
 (``txnAppId``/``txnVersion``), so each partition of the topic that moved gets a commit of its
 own, recording that partition's next offset: the last change of each of its keys (by offset)
-merged (``whenMatchedDelete`` for deletes, ``whenMatchedUpdateAll``/``whenNotMatchedInsertAll``
-for upserts), or the table's first rows appended, or an unkeyed table's rows appended with their
-place. A key's changes are all in one partition (the capture keys its messages), and the
-partitions commit in ascending order, so a key that moved partition ends as on the default route
-(the higher partition's change wins). A crash between the commits leaves each partition where
-its last commit says: each resumes from there, and a commit whose offset the table recorded
-already commits nothing (a replay).
+merged (``whenMatchedDelete`` for deletes, ``whenMatchedUpdate``/``whenNotMatchedInsert`` of
+the rows' columns for upserts), or the table's first rows appended, or an unkeyed table's rows
+appended with their place. A key's changes are all in one partition (the capture keys its
+messages), and the partitions commit in ascending order, so a key that moved partition ends as on
+the default route (the higher partition's change wins). A crash between the commits leaves each
+partition where its last commit says: each resumes from there, and a commit whose offset the
+table recorded already commits nothing (a replay).
 
 **Truncates.** After a truncate the topic's first partition's commit overwrites the table with
 its rows from the barrier on, and the others merge theirs: every partition of a truncated topic
@@ -124,7 +124,7 @@ class TopicWrite:
     def _merge(self, source: Any) -> None:
         """The MERGE; the table's columns the source lacks (dropped or renamed at the source)
         are null in it, so an updated row keeps no stale value there, as on the default
-        route (``whenMatchedUpdateAll`` sets only the source's columns)."""
+        route (an update sets only the columns it names)."""
         from delta.tables import DeltaTable
         from pyspark.sql import functions as F  # noqa: N812
 
@@ -134,10 +134,13 @@ class TopicWrite:
             if f.name not in have:
                 source = source.withColumn(f.name, F.lit(None).cast(f.dataType))
         on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in self.keys)
+        # the columns named, not UpdateAll/InsertAll: with schema evolution those would add
+        # the DELETE flag to the table
+        columns = {f"`{c}`": f"s.`{c}`" for c in source.columns if c != DELETE}
         (table.alias("t").merge(source.alias("s"), on)
          .whenMatchedDelete(f"s.{DELETE}")
-         .whenMatchedUpdateAll(f"NOT s.{DELETE}")
-         .whenNotMatchedInsertAll(f"NOT s.{DELETE}").execute())
+         .whenMatchedUpdate(f"NOT s.{DELETE}", columns)
+         .whenNotMatchedInsert(f"NOT s.{DELETE}", columns).execute())
 
     def _commit(self, tp: TopicPartition, offset: int, forced: bool,
                 write: Callable[[dict], None]) -> None:
