@@ -94,6 +94,11 @@ SPARK_ROUTE_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.streaming.stopTimeout": STOP_TIMEOUT,
 }
+# The spark route runs no Python worker, yet at a session's first `format(...)` Spark 4.2 starts
+# one to look up Python data sources (an interpreter importing pyspark: 1-2 CPU s) whenever its
+# JVM finds a Python to run: PYSPARK_DRIVER_PYTHON, else PYSPARK_PYTHON, else python3 (no setting
+# turns it off). The route's JVM is told of a Python no shell finds (docs/warehouse.md).
+NO_PYTHON = {"PYSPARK_DRIVER_PYTHON": "bottler-spark-route-runs-no-python"}
 STAGING = "_bottler_staging"  # under the warehouse: each batch's staged rows, removed after it
 
 
@@ -131,10 +136,11 @@ def spark_session(master: str = "local[2]", app: str = "bottler-warehouse",
         builder = builder.config("spark.jars", ",".join(spark_jars()))
         for name, value in SPARK_ROUTE_CONF.items():
             builder = builder.config(name, value)
-    spark = jvm.start(builder)
+    spark = jvm.start(builder, env=NO_PYTHON if route == "spark" else None)
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(KafkaRanges)
-    spark.dataSource.register(staging.StageSink)
+    if route != "spark":  # the python route's data sources
+        spark.dataSource.register(KafkaRanges)
+        spark.dataSource.register(staging.StageSink)
     return spark
 
 

@@ -14,6 +14,7 @@ running, orphaned. Here:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -41,7 +42,10 @@ class _JvmPopen(subprocess.Popen):
     """What pyspark's launch_gateway runs the JVM with: its own preexec (ignore SIGINT), then
     ours; a process group of its own; remembered, to be ended."""
 
-    def __init__(self, *args: Any, preexec_fn=None, **kwargs: Any):
+    def __init__(self, *args: Any, preexec_fn=None, jvm_env: dict[str, str] | None = None,
+                 **kwargs: Any):
+        if jvm_env:  # the JVM's own variables over those pyspark passes (this process's)
+            kwargs["env"] = {**(kwargs.get("env") or os.environ), **jvm_env}
         parent = os.getpid()
         main = threading.current_thread() is threading.main_thread()
 
@@ -55,9 +59,10 @@ class _JvmPopen(subprocess.Popen):
         _launched.append(self)
 
 
-def start(builder: Any) -> Any:
-    """``builder.getOrCreate()``, with the JVM it launches made as the module docstring says.
-    Raises :class:`Stopped` when SIGTERM or SIGINT arrives during the start."""
+def start(builder: Any, env: dict[str, str] | None = None) -> Any:
+    """``builder.getOrCreate()``, with the JVM it launches made as the module docstring says
+    (``env``: variables of the JVM's own, over this process's). Raises :class:`Stopped` when
+    SIGTERM or SIGINT arrives during the start."""
     from pyspark import java_gateway
 
     state = {"starting": True, "signal": None}
@@ -70,7 +75,7 @@ def start(builder: Any) -> Any:
     watch = (signal.SIGTERM, signal.SIGINT)
     in_main = threading.current_thread() is threading.main_thread()  # where handlers can go
     previous = {sig: signal.signal(sig, on_signal) for sig in watch} if in_main else {}
-    original, java_gateway.Popen = java_gateway.Popen, _JvmPopen
+    original, java_gateway.Popen = java_gateway.Popen, functools.partial(_JvmPopen, jvm_env=env)
     try:
         spark = builder.getOrCreate()
         state["starting"] = False
