@@ -96,10 +96,10 @@ def start(builder: Any, env: dict[str, str] | None = None) -> Any:
     return spark
 
 
-def stop(spark: Any) -> None:
+def stop(spark: Any, grace: float = GRACE) -> None:
     """Stop the session and end the JVMs this process launched: the end of its stdin tells a
-    JVM to exit (pyspark's own way), SIGTERM and then SIGKILL follow if it lingers. A later
-    session launches a new JVM."""
+    JVM to exit (pyspark's own way), SIGTERM and then SIGKILL follow if it lingers ``grace``
+    seconds. A later session launches a new JVM."""
     from pyspark import SparkContext
 
     try:
@@ -110,17 +110,17 @@ def stop(spark: Any) -> None:
             with contextlib.suppress(Exception):  # the JVM may be gone already
                 gateway.shutdown()
         SparkContext._gateway = SparkContext._jvm = None
-        _end_all(gently=True)
+        _end_all(gently=True, grace=grace)
 
 
-def _end_all(gently: bool = False) -> None:
+def _end_all(gently: bool = False, grace: float = GRACE) -> None:
     while _launched:
-        _end(_launched.pop(), gently)
+        _end(_launched.pop(), gently, grace)
 
 
-def _end(proc: subprocess.Popen, gently: bool) -> None:
+def _end(proc: subprocess.Popen, gently: bool, grace: float = GRACE) -> None:
     """End the JVM's process group: the JVM and, early in the start, Spark's launcher."""
-    steps = [(None, GRACE)] if gently else []
+    steps = [(None, grace)] if gently else []
     steps += [(signal.SIGTERM, GRACE), (signal.SIGKILL, GRACE)]
     for sig, wait in steps:
         if sig is None:

@@ -6,9 +6,9 @@
   by `materializers.core.Materializer`, no Spark: the collect-to-driver route is gone);
 - the demo shop's four topics loaded with ``--once``, from process start (target < 20 s), also
   with `make up`'s appliance running beside it (a stack of its own, every app; the spark route);
-- the continuous job: commit → Delta lag p99 at 1,000 changes/s (target < 5 s), then an idle
-  trigger's CPU seconds, the job's whole process tree (driver, JVM, Python workers; target
-  < 0.2 s).
+- the continuous job (``--interval 1``), on each route in turn: commit → Delta lag p99 at 1,000
+  changes/s (target < 5 s), then an idle trigger's CPU seconds, the job's whole process tree
+  (driver, JVM, Python workers; target < 0.2 s).
 """
 
 from __future__ import annotations

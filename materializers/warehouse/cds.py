@@ -1,0 +1,157 @@
+"""A class-data archive (AppCDS) of the classes the spark route's driver JVM loads: Spark's,
+Scala's, Hadoop's, and those of the Kafka source, spark-avro and delta-spark. The JVM maps them
+from the archive, already parsed and verified, instead of reading and checking some 12,000
+classes from their jars at every start (docs/warehouse.md, "The spark route's start").
+
+Built once per Java, pyspark and jar set, into the cache beside the jars
+(``~/.cache/bottler/cds/<key>.jsa``): by a child process whose session loads the route's classes
+(a Kafka stream's plan, ``from_avro``, a Delta append and MERGE in a scratch table) with
+``-XX:ArchiveClassesAtExit``, the archive written as its JVM exits. It is never a failure: a
+build that fails or is under way in another process leaves the session without an archive
+(``-Xshare:auto``, as before), and the JVM itself checks the archive against its class path,
+ignoring one that does not match.
+
+    python -m materializers.warehouse.cds   # build it now (if missing); print its path
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+BUILD_TIMEOUT = 900.0  # seconds the build may take: a JVM start, the classes' use, the dump
+EXIT_GRACE = 600.0  # seconds the build's JVM has to exit: it writes the archive (~130 MB) then
+MODULE = "materializers.warehouse.cds"  # run as the build's child
+QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # the dump's notes on classes it skips
+
+
+def directory() -> Path:
+    from compose.jars import jars_home
+
+    return jars_home().parent / "cds"
+
+
+def archive(jars: list[str]) -> Path:
+    """Where the archive of this Java, this pyspark and the route's ``jars`` is (or goes): its
+    name is a digest of them, so an upgrade of any makes a new one."""
+    import pyspark
+
+    digest = hashlib.sha256(pyspark.__version__.encode())
+    java = _java()
+    for path in sorted(os.path.realpath(p) for p in (Path(pyspark.__file__).parent / "jars",
+                                                     *jars)) + [java]:
+        stat = os.stat(path)  # real paths: a virtualenv reached through a link is the same
+        digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    return directory() / f"spark-{digest.hexdigest()[:16]}.jsa"
+
+
+def _java() -> str:
+    """The java pyspark's launcher runs: $JAVA_HOME's, else the one on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    found = str(Path(home) / "bin" / "java") if home else shutil.which("java") or "java"
+    return os.path.realpath(found)
+
+
+def java_options(jars: list[str]) -> str:
+    """The JVM options that map the archive; built first when missing (the first start pays
+    for it, once). Empty when there is none to use."""
+    try:
+        path = archive(jars)
+        if not path.exists():
+            build(path)
+    except OSError as exc:  # no java to stat, a cache that cannot be written: no archive
+        log.info("warehouse: no class-data archive (%s)", exc)
+        return ""
+    return f"-XX:SharedArchiveFile={path} {QUIET}" if path.exists() else ""
+
+
+def build(path: Path) -> None:
+    """The archive at ``path``, by a child process (:func:`dump`), unless another process is
+    building it; written under a temporary name, renamed into place once its JVM exited."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.with_suffix(".building")
+    try:
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        if time.time() - lock.stat().st_mtime < BUILD_TIMEOUT:
+            log.info("warehouse: the class-data archive is being built elsewhere; not used now")
+            return
+        lock.unlink(missing_ok=True)  # a build that died: its lock is old
+        return build(path)
+    os.close(fd)
+    partial = Path(tempfile.mkdtemp(prefix="build-", dir=path.parent)) / path.name
+    started = time.monotonic()
+    log.info("warehouse: building a class-data archive of Spark's classes for faster starts "
+             "(once, into %s)", path.parent)
+    try:
+        done = subprocess.run([sys.executable, "-m", MODULE, "--dump", str(partial)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              timeout=BUILD_TIMEOUT, check=False)
+        if done.returncode == 0 and partial.exists():
+            partial.replace(path)
+            for old in path.parent.glob("spark-*.jsa"):  # those of an earlier Java or jar set
+                if old != path:
+                    old.unlink(missing_ok=True)
+            log.info("warehouse: class-data archive built in %.0f s", time.monotonic() - started)
+        else:
+            log.info("warehouse: no class-data archive (its build ended with status %s: %s)",
+                     done.returncode, done.stdout.decode(errors="replace").strip()[-300:])
+    except subprocess.TimeoutExpired:
+        log.info("warehouse: no class-data archive (its build took over %.0f s)", BUILD_TIMEOUT)
+    finally:
+        shutil.rmtree(partial.parent, ignore_errors=True)
+        lock.unlink(missing_ok=True)
+
+
+def dump(target: Path) -> None:
+    """(the build's child) A session of the route that writes the archive to ``target`` as its
+    JVM exits, after using what the route uses: the Kafka source's plan, ``from_avro``, a
+    Delta table appended to and merged into."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F  # noqa: N812
+    from pyspark.sql.avro.functions import from_avro, to_avro
+
+    from materializers.warehouse import jvm
+    from materializers.warehouse.job import spark_session
+
+    spark = spark_session(route="spark", dump=target)
+    try:
+        (spark.readStream.format("kafka").option("kafka.bootstrap.servers", "127.0.0.1:9")
+         .option("subscribe", "none").load())
+        schema = ('{"type": "record", "name": "r", "fields": [{"name": "id", "type": "long"}, '
+                  '{"name": "name", "type": ["null", "string"]}]}')
+        rows = spark.range(100).select("id", F.col("id").cast("string").alias("name"))
+        rows = rows.select(to_avro(F.struct("id", "name"), schema).alias("v")).select(
+            from_avro("v", schema).alias("r")).select("r.*")
+        with tempfile.TemporaryDirectory(prefix="bottler-cds-") as scratch:
+            rows.write.format("delta").save(scratch)
+            (DeltaTable.forPath(spark, scratch).alias("t").merge(rows.alias("s"), "t.id = s.id")
+             .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+    finally:
+        jvm.stop(spark, grace=EXIT_GRACE)
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--dump"]:
+        dump(Path(argv[1]))
+        return
+    from materializers.warehouse.jars import spark_jars
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    with contextlib.suppress(Exception):
+        logging.getLogger("py4j").setLevel(logging.WARNING)
+    print(java_options(spark_jars()) or "no archive")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
