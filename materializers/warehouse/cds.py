@@ -4,19 +4,18 @@ from the archive, already parsed and verified, instead of reading and checking s
 classes from their jars at every start (docs/warehouse.md, "The spark route's start").
 
 Built once per Java, pyspark and jar set, into the cache beside the jars
-(``~/.cache/bottler/cds/<key>.jsa``): by a child process whose session loads the route's classes
-(a Kafka stream's plan, ``from_avro``, a Delta append and MERGE in a scratch table) with
-``-XX:ArchiveClassesAtExit``, the archive written as its JVM exits. It is never a failure: a
-build that fails or is under way in another process leaves the session without an archive
-(``-Xshare:auto``, as before), and the JVM itself checks the archive against its class path,
-ignoring one that does not match.
+(``~/.cache/bottler/cds/<key>.jsa``): by a child process (cds_dump.py) whose session loads the
+route's classes (a Kafka stream's plan, ``from_avro``, a Delta append and MERGE in a scratch
+table) with ``-XX:ArchiveClassesAtExit``, the archive written as its JVM exits. It is never a
+failure: a build that fails or is under way in another process leaves the session without an
+archive (``-Xshare:auto``, as before), and the JVM itself checks the archive against its class
+path, ignoring one that does not match.
 
     python -m materializers.warehouse.cds   # build it now (if missing); print its path
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
@@ -27,11 +26,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from common.children import die_with_parent
+
 log = logging.getLogger(__name__)
 
 BUILD_TIMEOUT = 900.0  # seconds the build may take: a JVM start, the classes' use, the dump
 EXIT_GRACE = 600.0  # seconds the build's JVM has to exit: it writes the archive (~130 MB) then
-MODULE = "materializers.warehouse.cds"  # run as the build's child
+MODULE = "materializers.warehouse.cds_dump"  # the build's child
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # the dump's notes on classes it skips
 
 
@@ -76,7 +77,7 @@ def java_options(jars: list[str]) -> str:
 
 
 def build(path: Path) -> None:
-    """The archive at ``path``, by a child process (:func:`dump`), unless another process is
+    """The archive at ``path``, by a child process (cds_dump.py), unless another process is
     building it; written under a temporary name, renamed into place once its JVM exited."""
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = path.with_suffix(".building")
@@ -94,9 +95,11 @@ def build(path: Path) -> None:
     log.info("warehouse: building a class-data archive of Spark's classes for faster starts "
              "(once, into %s)", path.parent)
     try:
-        done = subprocess.run([sys.executable, "-m", MODULE, "--dump", str(partial)],
+        parent = os.getpid()
+        done = subprocess.run([sys.executable, "-m", MODULE, str(partial)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              timeout=BUILD_TIMEOUT, check=False)
+                              timeout=BUILD_TIMEOUT, check=False,
+                              preexec_fn=lambda: die_with_parent(parent))  # and its JVM
         if done.returncode == 0 and partial.exists():
             partial.replace(path)
             for old in path.parent.glob("spark-*.jsa"):  # those of an earlier Java or jar set
@@ -113,45 +116,12 @@ def build(path: Path) -> None:
         lock.unlink(missing_ok=True)
 
 
-def dump(target: Path) -> None:
-    """(the build's child) A session of the route that writes the archive to ``target`` as its
-    JVM exits, after using what the route uses: the Kafka source's plan, ``from_avro``, a
-    Delta table appended to and merged into."""
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F  # noqa: N812
-    from pyspark.sql.avro.functions import from_avro, to_avro
-
-    from materializers.warehouse import jvm
-    from materializers.warehouse.job import spark_session
-
-    spark = spark_session(route="spark", dump=target)
-    try:
-        (spark.readStream.format("kafka").option("kafka.bootstrap.servers", "127.0.0.1:9")
-         .option("subscribe", "none").load())
-        schema = ('{"type": "record", "name": "r", "fields": [{"name": "id", "type": "long"}, '
-                  '{"name": "name", "type": ["null", "string"]}]}')
-        rows = spark.range(100).select("id", F.col("id").cast("string").alias("name"))
-        rows = rows.select(to_avro(F.struct("id", "name"), schema).alias("v")).select(
-            from_avro("v", schema).alias("r")).select("r.*")
-        with tempfile.TemporaryDirectory(prefix="bottler-cds-") as scratch:
-            rows.write.format("delta").save(scratch)
-            (DeltaTable.forPath(spark, scratch).alias("t").merge(rows.alias("s"), "t.id = s.id")
-             .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
-    finally:
-        jvm.stop(spark, grace=EXIT_GRACE)
-
-
-def main(argv: list[str]) -> None:
-    if argv[:1] == ["--dump"]:
-        dump(Path(argv[1]))
-        return
+def main() -> None:
     from materializers.warehouse.jars import spark_jars
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    with contextlib.suppress(Exception):
-        logging.getLogger("py4j").setLevel(logging.WARNING)
     print(java_options(spark_jars()) or "no archive")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

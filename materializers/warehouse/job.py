@@ -106,14 +106,14 @@ def spark_session(master: str = "local[2]", app: str = "bottler-warehouse",
                   driver_host: str = DRIVER_HOST, route: str = "python", once: bool = False,
                   dump: Path | None = None):
     """A Spark session whose Python workers run this interpreter (so they import bottler), with
-    the ``bottler_kafka`` data source registered. Its JVM dies with this process; SIGTERM or
-    SIGINT during the start ends it and raises :class:`jvm.Stopped`; end the session with
-    :func:`jvm.stop`. The driver's RPC and block manager (unauthenticated) listen on
-    ``driver_host`` only: loopback unless asked (executors elsewhere need an address they reach);
-    Spark's own default is the machine's network address. ``route="spark"`` (native.py) adds
-    the jars of Spark's Kafka source, spark-avro and delta-spark (jars.py), Delta's SQL
-    extension and the class-data archive (cds.py; ``dump``: where the JVM writes one as it
-    exits, instead); ``once``: a single load, whose JVM compiles with C1 alone."""
+    the ``bottler_kafka`` data source registered (the python route's). Its JVM dies with this
+    process; SIGTERM or SIGINT during the start ends it and raises :class:`jvm.Stopped`; end
+    the session with :func:`jvm.stop`. The driver's RPC and block manager (unauthenticated)
+    listen on ``driver_host`` only: loopback unless asked (executors elsewhere need an address
+    they reach); Spark's own default is the machine's network address. ``route="spark"``
+    (native.py) adds the jars of Spark's Kafka source, spark-avro and delta-spark (jars.py),
+    Delta's SQL extension and the class-data archive (cds.py; ``dump``: where the JVM writes
+    one as it exits, instead); ``once``: a single load, whose JVM compiles with C1 alone."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # the address Spark takes for this machine's (its other parts, its log): the driver's too

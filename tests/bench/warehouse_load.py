@@ -245,7 +245,9 @@ def _lag_and_idle(ep, env, work: Path, say, route: str = "python") -> list[Figur
         job.start()
         data.fill(ep.pg_dsn, LAG_TABLE, 1, 10)  # once in Delta, the job is up and has its table
         table = path / prefix / "public" / LAG_TABLE
-        wait_until(lambda: _count(table) == 10, 600, "the warehouse's first load")
+        # the rows in, and their batch over (the spark route's commit lands before its end)
+        wait_until(lambda: _count(table) == 10 and job.batches(), 600,
+                   "the warehouse's first load")
         say(f"warehouse{named}: lag at {LAG_RATE:,} changes/s for {LAG_SECONDS} s")
         seen: dict[int, float] = {}
         stop = threading.Event()
