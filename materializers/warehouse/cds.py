@@ -1,6 +1,6 @@
 """A class-data archive (AppCDS) of the classes the spark route's driver JVM loads: Spark's,
 Scala's, Hadoop's, and those of the Kafka source, spark-avro and delta-spark. The JVM maps them
-from the archive, already parsed and verified, instead of reading and checking some 12,000
+from the archive, already parsed and verified, instead of reading and checking some 13,600
 classes from their jars at every start (docs/warehouse.md, "The spark route's start").
 
 Built once per Java, pyspark and jar set, into the cache beside the jars
