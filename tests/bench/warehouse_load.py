@@ -95,6 +95,10 @@ def _load(env, path: Path, prefix: str, timeout: float = 1800,
 def warehouse_load(ep, env: dict[str, str], table: str, say=print) -> list[Figure]:
     """The figures above, on ``table`` as it is now (in `make bench`, the replica's lag run has
     added rows to it)."""
+    from materializers.warehouse import cds
+    from materializers.warehouse.jars import spark_jars
+
+    cds.java_options(spark_jars())  # the spark route's class-data archive built (once), untimed
     rows = data.count(ep.pg_dsn, table)
     work = Path(tempfile.mkdtemp(prefix="bench-warehouse-load-"))
     try:
