@@ -31,7 +31,7 @@ from common.children import die_with_parent
 log = logging.getLogger(__name__)
 
 BUILD_TIMEOUT = 900.0  # seconds the build may take: a JVM start, the classes' use, the dump
-EXIT_GRACE = 600.0  # seconds the build's JVM has to exit: it writes the archive (~190 MB) as it goes
+EXIT_GRACE = 600.0  # seconds the build's JVM has to exit, writing the archive (~190 MB)
 MODULE = "materializers.warehouse.cds_dump"  # the build's child
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # the dump's notes on classes it skips
 
