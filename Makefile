@@ -18,9 +18,11 @@ deps: system-deps $(STAMP) jars
 
 # The jars pinned in compose/jars/pom.xml, from Maven Central (once; compose/jars.py, which also
 # compiles the search engine's launcher): Apache Kafka's, OpenSearch's, and the warehouse's
-# Spark ones (Kafka source, spark-avro, delta-spark).
+# Spark ones (Kafka source, spark-avro, delta-spark); then the spark route's class-data archive
+# of those (once, about a minute and a half; materializers/warehouse/cds.py).
 jars: $(STAMP)
 	@$(BIN)/python -m compose.jars kafka opensearch spark >/dev/null
+	@$(BIN)/python -m materializers.warehouse.cds >/dev/null
 
 system-deps:
 	@sh compose/system-deps.sh

@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from common.errors import BottlerError
-from materializers.warehouse import jars, spark_merge
+from materializers.warehouse import cds, jars, spark_merge
 from materializers.warehouse.delta import open_table
 from materializers.warehouse.kafka import java_properties
 from materializers.warehouse.native import SparkRoute
@@ -162,6 +162,24 @@ def test_a_jar_missing_or_not_matching_is_one_line_naming_the_pin(tmp_path):
     (tmp_path / "spark-avro_2.13-4.1.0.jar").unlink()
     with pytest.raises(BottlerError, match="spark-avro_2.13 is missing"):
         jars.check(tmp_path, "4.1.0", "4.3.0")
+
+
+def test_the_routes_jvm_starts_no_python_and_maps_the_class_archive(spark_native):
+    """Spark 4.2 starts a Python worker to look up Python data sources at a session's first
+    ``format()`` when its JVM finds a Python; the route's finds none, and runs none. Its JVM
+    maps the class-data archive (cds.py), built by the session's start if it was missing."""
+    import psutil
+
+    (spark_native.readStream.format("kafka").option("kafka.bootstrap.servers", "127.0.0.1:9")
+     .option("subscribe", "none").load())
+    spark_native.range(3).write.format("noop").mode("overwrite").save()
+    java = [p for p in psutil.Process().children() if p.name() == "java"]
+    assert java, "the session's JVM is this process's child"
+    # Spark's Python workers are the JVM's children (a shell may be there: `command -v`)
+    assert not [p.cmdline() for p in java[0].children(recursive=True)
+                if p.name().startswith("python")]
+    maps = Path(f"/proc/{java[0].pid}/maps").read_text()
+    assert ".jsa" in maps and str(cds.directory()) in maps
 
 
 def test_the_client_properties_reach_the_java_client():

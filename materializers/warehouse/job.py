@@ -94,19 +94,26 @@ SPARK_ROUTE_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.streaming.stopTimeout": STOP_TIMEOUT,
 }
+# The spark route runs no Python worker, yet at a session's first `format(...)` Spark 4.2 starts
+# one to look up Python data sources (an interpreter importing pyspark: 1-2 CPU s) whenever its
+# JVM finds a Python to run: PYSPARK_DRIVER_PYTHON, else PYSPARK_PYTHON, else python3 (no setting
+# turns it off). The route's JVM is told of a Python no shell finds (docs/warehouse.md).
+NO_PYTHON = {"PYSPARK_DRIVER_PYTHON": "bottler-spark-route-runs-no-python"}
 STAGING = "_bottler_staging"  # under the warehouse: each batch's staged rows, removed after it
 
 
 def spark_session(master: str = "local[2]", app: str = "bottler-warehouse",
-                  driver_host: str = DRIVER_HOST, route: str = "python", once: bool = False):
+                  driver_host: str = DRIVER_HOST, route: str = "python", once: bool = False,
+                  dump: Path | None = None):
     """A Spark session whose Python workers run this interpreter (so they import bottler), with
-    the ``bottler_kafka`` data source registered. Its JVM dies with this process; SIGTERM or
-    SIGINT during the start ends it and raises :class:`jvm.Stopped`; end the session with
-    :func:`jvm.stop`. The driver's RPC and block manager (unauthenticated) listen on
-    ``driver_host`` only: loopback unless asked (executors elsewhere need an address they reach);
-    Spark's own default is the machine's network address. ``route="spark"`` (native.py) adds
-    the jars of Spark's Kafka source, spark-avro and delta-spark (jars.py) and Delta's SQL
-    extension; ``once``: a single load, whose JVM compiles with C1 alone."""
+    the ``bottler_kafka`` data source registered (the python route's). Its JVM dies with this
+    process; SIGTERM or SIGINT during the start ends it and raises :class:`jvm.Stopped`; end
+    the session with :func:`jvm.stop`. The driver's RPC and block manager (unauthenticated)
+    listen on ``driver_host`` only: loopback unless asked (executors elsewhere need an address
+    they reach); Spark's own default is the machine's network address. ``route="spark"``
+    (native.py) adds the jars of Spark's Kafka source, spark-avro and delta-spark (jars.py),
+    Delta's SQL extension and the class-data archive (cds.py; ``dump``: where the JVM writes
+    one as it exits, instead); ``once``: a single load, whose JVM compiles with C1 alone."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # the address Spark takes for this machine's (its other parts, its log): the driver's too
@@ -120,21 +127,26 @@ def spark_session(master: str = "local[2]", app: str = "bottler-warehouse",
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.driver.memory", "2g")
-               .config("spark.driver.extraJavaOptions",
-                       JVM_OPTIONS if route != "spark"
-                       else JVM_OPTIONS_SPARK_ONCE if once else JVM_OPTIONS_SPARK)
+               .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
                .config("spark.sql.streaming.stopTimeout", STOP_TIMEOUT)
                .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
     if route == "spark":
+        from materializers.warehouse import cds
         from materializers.warehouse.jars import spark_jars
 
-        builder = builder.config("spark.jars", ",".join(spark_jars()))
+        jars = spark_jars()
+        archive = (f"-XX:ArchiveClassesAtExit={dump} {cds.QUIET}" if dump is not None
+                   else cds.java_options(jars))
+        options = JVM_OPTIONS_SPARK_ONCE if once else JVM_OPTIONS_SPARK
+        builder = (builder.config("spark.jars", ",".join(jars))
+                   .config("spark.driver.extraJavaOptions", f"{options} {archive}".strip()))
         for name, value in SPARK_ROUTE_CONF.items():
             builder = builder.config(name, value)
-    spark = jvm.start(builder)
+    spark = jvm.start(builder, env=NO_PYTHON if route == "spark" else None)
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(KafkaRanges)
-    spark.dataSource.register(staging.StageSink)
+    if route != "spark":  # the python route's data sources
+        spark.dataSource.register(KafkaRanges)
+        spark.dataSource.register(staging.StageSink)
     return spark
 
 

@@ -14,6 +14,7 @@ running, orphaned. Here:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -41,7 +42,10 @@ class _JvmPopen(subprocess.Popen):
     """What pyspark's launch_gateway runs the JVM with: its own preexec (ignore SIGINT), then
     ours; a process group of its own; remembered, to be ended."""
 
-    def __init__(self, *args: Any, preexec_fn=None, **kwargs: Any):
+    def __init__(self, *args: Any, preexec_fn=None, jvm_env: dict[str, str] | None = None,
+                 **kwargs: Any):
+        if jvm_env:  # the JVM's own variables over those pyspark passes (this process's)
+            kwargs["env"] = {**(kwargs.get("env") or os.environ), **jvm_env}
         parent = os.getpid()
         main = threading.current_thread() is threading.main_thread()
 
@@ -55,9 +59,10 @@ class _JvmPopen(subprocess.Popen):
         _launched.append(self)
 
 
-def start(builder: Any) -> Any:
-    """``builder.getOrCreate()``, with the JVM it launches made as the module docstring says.
-    Raises :class:`Stopped` when SIGTERM or SIGINT arrives during the start."""
+def start(builder: Any, env: dict[str, str] | None = None) -> Any:
+    """``builder.getOrCreate()``, with the JVM it launches made as the module docstring says
+    (``env``: variables of the JVM's own, over this process's). Raises :class:`Stopped` when
+    SIGTERM or SIGINT arrives during the start."""
     from pyspark import java_gateway
 
     state = {"starting": True, "signal": None}
@@ -70,7 +75,7 @@ def start(builder: Any) -> Any:
     watch = (signal.SIGTERM, signal.SIGINT)
     in_main = threading.current_thread() is threading.main_thread()  # where handlers can go
     previous = {sig: signal.signal(sig, on_signal) for sig in watch} if in_main else {}
-    original, java_gateway.Popen = java_gateway.Popen, _JvmPopen
+    original, java_gateway.Popen = java_gateway.Popen, functools.partial(_JvmPopen, jvm_env=env)
     try:
         spark = builder.getOrCreate()
         state["starting"] = False
@@ -91,10 +96,10 @@ def start(builder: Any) -> Any:
     return spark
 
 
-def stop(spark: Any) -> None:
+def stop(spark: Any, grace: float = GRACE) -> None:
     """Stop the session and end the JVMs this process launched: the end of its stdin tells a
-    JVM to exit (pyspark's own way), SIGTERM and then SIGKILL follow if it lingers. A later
-    session launches a new JVM."""
+    JVM to exit (pyspark's own way), SIGTERM and then SIGKILL follow if it lingers ``grace``
+    seconds. A later session launches a new JVM."""
     from pyspark import SparkContext
 
     try:
@@ -105,17 +110,17 @@ def stop(spark: Any) -> None:
             with contextlib.suppress(Exception):  # the JVM may be gone already
                 gateway.shutdown()
         SparkContext._gateway = SparkContext._jvm = None
-        _end_all(gently=True)
+        _end_all(gently=True, grace=grace)
 
 
-def _end_all(gently: bool = False) -> None:
+def _end_all(gently: bool = False, grace: float = GRACE) -> None:
     while _launched:
-        _end(_launched.pop(), gently)
+        _end(_launched.pop(), gently, grace)
 
 
-def _end(proc: subprocess.Popen, gently: bool) -> None:
+def _end(proc: subprocess.Popen, gently: bool, grace: float = GRACE) -> None:
     """End the JVM's process group: the JVM and, early in the start, Spark's launcher."""
-    steps = [(None, GRACE)] if gently else []
+    steps = [(None, grace)] if gently else []
     steps += [(signal.SIGTERM, GRACE), (signal.SIGKILL, GRACE)]
     for sig, wait in steps:
         if sig is None:
