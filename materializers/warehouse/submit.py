@@ -8,9 +8,9 @@ The job is that of ``bottler materialize warehouse --route spark`` (native.py, w
 housekeeping, upkeep.py), read from the same settings (flags, ``BOTTLER_*`` variables, the YAML
 file). The session is spark-submit's: its master, jars or packages, driver and executor settings
 are taken as given (the settings' ``master`` and ``driver_host`` are not used); the route's own
-SQL settings (job.SPARK_ROUTE_CONF: Delta's extension, microsecond timestamps, UTC) are added
-where spark-submit did not set them. Jars missing from the session are one line naming the
-``--packages`` to give.
+SQL settings (job.SPARK_ROUTE_CONF: Delta's extension, microsecond timestamps, UTC, the codegen
+cache) are added where spark-submit did not set them. Jars missing from the session are one
+line naming the ``--packages`` to give.
 """
 
 from __future__ import annotations
