@@ -79,6 +79,11 @@ def java_options(jars: list[str]) -> str:
                  "materializers.warehouse.cds` builds one, once: the spark route's JVM then "
                  "starts in about half the CPU)")
         return ""
+    return _mapped(path)
+
+
+def _mapped(path: Path) -> str:
+    """The JVM options that map the archive at ``path``."""
     return f"-XX:SharedArchiveFile={path} {QUIET}"
 
 
@@ -130,7 +135,8 @@ def ensure(jars: list[str]) -> str:
             build(path)
     except OSError as exc:  # a cache that cannot be written: no archive, never a failure
         log.info("warehouse: no class-data archive (%s)", exc)
-    return java_options(jars)
+        return ""
+    return _mapped(path) if path.exists() else ""  # a failed build said why
 
 
 def main() -> None:

@@ -264,6 +264,10 @@ class SparkRoute:
     def _read(self, ranges: dict[TopicPartition, tuple[int, int]]) -> Any:
         """The Kafka rows of ``ranges`` (``tp -> (from, to)``), a batch read of Spark's Kafka
         source: the rows a truncate's replay needs from before the stream's position."""
+        return self._range_reader(ranges).load()
+
+    def _range_reader(self, ranges: dict[TopicPartition, tuple[int, int]]) -> Any:
+        """The batch reader of :meth:`_read`, not yet loaded."""
         reader = self.spark.read.format("kafka")
         for name, value in kafka.java_properties(self.bootstrap).items():
             reader = reader.option(name, value)
@@ -276,7 +280,7 @@ class SparkRoute:
                                                     for t, ps in start.items()}))
                 .option("startingOffsets", json.dumps(start))
                 .option("endingOffsets", json.dumps(end))
-                .option("failOnDataLoss", "false").load())
+                .option("failOnDataLoss", "false"))
 
     def _topic(self, frame: Any, topic: str, targets: dict[TopicPartition, int],
                truncated: bool, result: RouteResult, messages: int) -> None:

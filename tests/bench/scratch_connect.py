@@ -38,7 +38,6 @@ import sys
 import time
 from pathlib import Path
 
-from materializers.warehouse import kafka
 from materializers.warehouse.native import RouteResult, SparkRoute
 from materializers.warehouse.spark_merge import TopicWrite
 
@@ -227,21 +226,10 @@ class ConnectRoute(SparkRoute):
     def _read(self, ranges, split: bool = False):
         """SparkRoute._read; ``split``: a Spark partition per core (``minPartitions``; the
         session's sparkContext, where the route reads the parallelism, is not reachable)."""
-        reader = self.spark.read.format("kafka")
-        for name, value in kafka.java_properties(self.bootstrap).items():
-            reader = reader.option(name, value)
+        reader = self._range_reader(ranges)
         if split:
             reader = reader.option("minPartitions", CORES)
-        start: dict[str, dict[str, int]] = {}
-        end: dict[str, dict[str, int]] = {}
-        for (topic, partition), (lo, hi) in ranges.items():
-            start.setdefault(topic, {})[str(partition)] = lo
-            end.setdefault(topic, {})[str(partition)] = hi
-        return (reader.option("assign", json.dumps({t: sorted(int(p) for p in ps)
-                                                    for t, ps in start.items()}))
-                .option("startingOffsets", json.dumps(start))
-                .option("endingOffsets", json.dumps(end))
-                .option("failOnDataLoss", "false").load())
+        return reader.load()
 
 
 def _sql_merge(self: TopicWrite, source) -> None:
