@@ -14,10 +14,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from bottler.migrate.cli import migrate_app
+from bottler.lazy import lazy_group
 from bottler.retire import RetireSettings
-from bottler.status.cli import status
-from capture import cli as capture_cli
 from common import extras, options
 from common.config import MetricsSettings, Settings, env
 from common.errors import BottlerError
@@ -26,38 +24,32 @@ from common.logs import setup_logging
 from common.options import settings_command
 from common.redact import passwords_on_command_line, redact
 from common.signals import stop_on_signals
-from materializers.postgres.cli import materialize_postgres
-from materializers.search.cli import materialize_search, reindex
-from materializers.translators.cli import translate
-from materializers.warehouse.cli import materialize_warehouse, warehouse_app
 from schemas.registry_server.settings import ServeSettings
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+# The commands of other rooms, imported when one of them runs (bottler/lazy.py); "@extra": the
+# install's extra (pyproject.toml) the command checks first, so a missing one is one clear line.
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__, cls=lazy_group({
+    "capture": "capture.cli:capture_app",
+    "slot": "capture.cli:slot_app",
+    "reindex": "materializers.search.cli:reindex@search",
+    "warehouse": "materializers.warehouse.cli:warehouse_app",
+    "translate": "materializers.translators.cli:translate",
+    "status": "bottler.status.cli:status",
+    "migrate": "bottler.migrate.cli:migrate_app",
+}))
 stack_app = typer.Typer(no_args_is_help=True, help="The embedded stack of real services.")
 registry_app = typer.Typer(no_args_is_help=True, help="The schema registry.")
 demo_app = typer.Typer(no_args_is_help=True, help="The demo shop database.")
+materialize_app = typer.Typer(no_args_is_help=True, help="Build views from the topics.",
+                              cls=lazy_group({
+    "postgres": "materializers.postgres.cli:materialize_postgres",
+    "search": "materializers.search.cli:materialize_search@search",
+    "warehouse": "materializers.warehouse.cli:materialize_warehouse@warehouse",
+}))
 app.add_typer(stack_app, name="stack")
 app.add_typer(registry_app, name="registry")
 app.add_typer(demo_app, name="demo")
-app.add_typer(capture_cli.capture_app, name="capture")
-app.add_typer(capture_cli.slot_app, name="slot")
-materialize_app = typer.Typer(no_args_is_help=True, help="Build views from the topics.")
-materialize_app.command("postgres")(materialize_postgres)
-# The commands of an extra (pyproject.toml) check it first: a missing one is one clear line.
-materialize_app.command("search")(extras.needs("search", materialize_search))
-materialize_app.command("warehouse")(extras.needs("warehouse", materialize_warehouse))
 app.add_typer(materialize_app, name="materialize")
-app.command("reindex")(extras.needs("search", reindex))
-
-
-def _warehouse_extra(ctx: typer.Context) -> None:
-    extras.require("warehouse", f"{ctx.command_path} {ctx.invoked_subcommand}")
-
-
-app.add_typer(warehouse_app, name="warehouse", callback=_warehouse_extra)
-app.command("translate")(translate)
-app.command("status")(status)
-app.add_typer(migrate_app, name="migrate")
 
 
 @app.command("retire")

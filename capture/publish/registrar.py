@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import logging
-
-from confluent_kafka.schema_registry import Schema
-from confluent_kafka.schema_registry.error import SchemaRegistryError
+from functools import cached_property
 
 from common.errors import BottlerError
 from common.redact import redact
-from common.registry_client import Registry, check_registry, registry_client, registry_url
+from common.registry_client import (
+    Registry,
+    check_registry,
+    registry_client,
+    registry_error,
+    registry_url,
+)
 
 log = logging.getLogger(__name__)
 
@@ -22,10 +26,15 @@ class Registrar:
     def __init__(self, registry: Registry):
         """``registry``: its URL, or the registry client's properties (url included)."""
         self.registry = registry
-        self.client = registry_client(registry)
         self._ids: dict[tuple[str, str], int] = {}
         self._known: set[str] = set()  # subjects seen to exist
         self.created: list[str] = []  # subjects this registrar made (a failed start's undo)
+
+    @cached_property
+    def client(self):
+        """Made at its first use: confluent-kafka's registry client takes 0.13 s to import,
+        which the capture's start pays in its check's thread (capture/run.py), not before."""
+        return registry_client(self.registry)
 
     def check(self) -> None:
         check_registry(self.registry)
@@ -36,11 +45,11 @@ class Registrar:
             return self._ids[(subject, text)]
         try:
             new = subject not in self._known and not self._exists(subject)
-            schema_id = self.client.register_schema(subject, Schema(text, "AVRO"))
+            schema_id = self.client.register_schema(subject, _avro(text))
             if new:
                 self.created.append(subject)
             self._known.add(subject)
-        except SchemaRegistryError as exc:
+        except registry_error() as exc:
             if exc.http_status_code != 409:
                 raise BottlerError(
                     f"the schema registry refused the schema of {subject}: {exc.error_message}"
@@ -61,7 +70,7 @@ class Registrar:
         then the capture goes on as for a new table)."""
         try:
             return json.loads(self.client.get_latest_version(subject).schema.schema_str)
-        except SchemaRegistryError as exc:
+        except registry_error() as exc:
             if exc.http_status_code != 404:
                 log.warning("cannot read the latest schema of %s: %s", subject,
                             exc.error_message)
@@ -73,7 +82,7 @@ class Registrar:
     def _exists(self, subject: str) -> bool:
         try:
             self.client.get_versions(subject)
-        except SchemaRegistryError as exc:
+        except registry_error() as exc:
             if exc.http_status_code == 404:
                 return False
             raise
@@ -95,7 +104,7 @@ class Registrar:
         previous = self._own_level(subject)
         self.client.set_compatibility(subject, "NONE")
         try:
-            return self.client.register_schema(subject, Schema(text, "AVRO"))
+            return self.client.register_schema(subject, _avro(text))
         finally:
             if previous:
                 self.client.set_compatibility(subject, previous)
@@ -112,6 +121,12 @@ class Registrar:
         NONE would have taken the schema (docs/operations.md, "Another schema registry")."""
         try:
             level = self.client.get_compatibility(subject)
-        except SchemaRegistryError:
+        except registry_error():
             return None
         return None if level == "NONE" else level
+
+
+def _avro(text: str):
+    from confluent_kafka.schema_registry import Schema
+
+    return Schema(text, "AVRO")

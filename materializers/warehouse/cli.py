@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import typer
 from pydantic import Field
 
-from common import options
+from common import extras, options
 from common.config import MetricsSettings, env
 from common.errors import BottlerError
 from common.flags import Flag
@@ -29,6 +29,12 @@ log = logging.getLogger(__name__)
 INTERVALS = {"python": 1.0, "spark": 60.0}
 RETENTION_HOURS = 24.0  # --retention-hours' default (upkeep.py)
 warehouse_app = typer.Typer(no_args_is_help=True, help="Maintain the Delta warehouse tables.")
+
+
+@warehouse_app.callback()
+def _warehouse_extra(ctx: typer.Context) -> None:
+    extras.require("warehouse", f"{ctx.command_path} {ctx.invoked_subcommand}")
+
 
 PATH_ENV = "BOTTLER_WAREHOUSE_PATH"
 PATH_FLAG = Flag("--path", help="The warehouse directory")
