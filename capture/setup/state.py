@@ -38,16 +38,18 @@ class CaptureState:
 
     def read_all(self) -> dict[str, dict]:
         """Every key's last recorded state, read from the start of the topic to its end."""
+        state: dict[str, dict] = {}
+        try:
+            # the admin's read waits while the partition has no leader: the capture's start reads
+            # the topic right after making it (empty: no consumer is made, on the start's path)
+            high = high_watermarks(self._connection(), [(self.topic, 0)])[(self.topic, 0)]
+        except KafkaException as exc:
+            raise topics.unreachable_broker(exc.args[0].str(), self.bootstrap) from None
+        if high == 0:
+            return state
         consumer = Consumer(reader_config(self._connection(), "capture-state"))
         try:
-            state: dict[str, dict] = {}
-            partition = TopicPartition(self.topic, 0, 0)
-            # the admin's read waits while the partition has no leader: the capture's start reads
-            # the topic right after making it
-            high = high_watermarks(self._connection(), [(self.topic, 0)])[(self.topic, 0)]
-            if high == 0:
-                return state
-            consumer.assign([partition])
+            consumer.assign([TopicPartition(self.topic, 0, 0)])
             position = 0
             while position < high:
                 msg = consumer.poll(10)
