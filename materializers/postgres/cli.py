@@ -56,7 +56,6 @@ def materialize_postgres(s: ReplicaSettings) -> None:
     s.check_clients()
     options.serve_metrics(s.metrics_port, s.metrics_host)
     sink = PostgresSink(s.target, s.group_id, adopt_existing=s.adopt_existing)
-    gctune.tune()
     try:
         materializer = Materializer(
             sink, bootstrap=s.kafka, registry=s.schema_registry, group_id=s.group_id,
@@ -82,6 +81,7 @@ def materialize_postgres(s: ReplicaSettings) -> None:
                     return
                 signal.signal(signal.SIGINT, signal.default_int_handler)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        gctune.tune()  # for the loop: after the seed, whose start waits on this process's
         seeded = sink.seeded_tables()
         if seeded:  # whether or not --seed-from is given now: what the seed holds is skipped
             materializer.skip = SeedFilter(seeded, materializer.truncate_topic,
