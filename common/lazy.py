@@ -1,6 +1,6 @@
-"""Lazy package exports: the `bottler` command imports every materializer's CLI, and none of
-them should load its target's libraries (pyarrow and delta-rs, SQLAlchemy, the search client)
-into the processes of the others: each costs tens of MB of memory and start-up time."""
+"""Lazy package exports: a materializer's package should not load its target's libraries
+(pyarrow and delta-rs, the search client) into the processes that only import a name of it:
+each costs tens of MB of memory and start-up time."""
 
 from __future__ import annotations
 

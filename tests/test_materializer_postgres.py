@@ -51,7 +51,7 @@ def test_values_to_text():
                 "upper_inclusive": False}) == '["1",)'
 
 
-def test_tables_are_created_with_sqlalchemy_without_foreign_keys():
+def test_tables_are_created_without_foreign_keys():
     value = {"type": "record", "name": "t", "fields": [
         {"name": "id", "type": "int", "pg.name": "Id", "pg.type": "integer", "pg.notnull": True},
         {"name": "m", "type": ["null", {"type": "string", "pg.enum": ["a"]}], "pg.name": "m",

@@ -1,4 +1,4 @@
-"""Target tables from Avro schemas: creation (SQLAlchemy Core) and evolution (ALTER TABLE).
+"""Target tables from Avro schemas: creation (CREATE TABLE) and evolution (ALTER TABLE).
 
 A table's *shape* is its columns in order (name, PostgreSQL type, NOT NULL) and its primary key.
 :func:`desired_shape` reads it from a value (and key) schema; :func:`existing_shape` from the
@@ -10,19 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
-from typing import Any
 
 import psycopg
-from sqlalchemy import Column, MetaData, PrimaryKeyConstraint, Table
-from sqlalchemy.dialects import postgresql
-from sqlalchemy.schema import CreateSchema, CreateTable
-from sqlalchemy.types import UserDefinedType
+from psycopg import sql
 
 from materializers.core.changes import TableId
 
 __all__ = [
     "ColumnShape",
-    "PgTypeText",
     "Statement",
     "TableShape",
     "create_statements",
@@ -34,29 +29,13 @@ __all__ = [
     "renames",
 ]
 
-_DIALECT = postgresql.dialect()
-_PREPARER = _DIALECT.identifier_preparer
-
-
 def quote(name: str) -> str:
     """An identifier, always double-quoted (names keep their case and characters)."""
-    return _PREPARER.quote_identifier(name)
+    return sql.Identifier(name).as_string()
 
 
 def qualified(table: TableId) -> str:
     return f"{quote(table.schema)}.{quote(table.table)}"
-
-
-class PgTypeText(UserDefinedType):
-    """A column type given as PostgreSQL's own text (``format_type`` output), rendered as is."""
-
-    cache_ok = True
-
-    def __init__(self, text: str):
-        self.text = text
-
-    def get_col_spec(self, **kw: Any) -> str:
-        return self.text
 
 
 class Statement(str):
@@ -155,18 +134,21 @@ def unique_keys(conn, table: TableId) -> list[list[str]]:
 
 
 def create_statements(table: TableId, shape: TableShape) -> list[str]:
-    """``CREATE SCHEMA IF NOT EXISTS`` and ``CREATE TABLE``, compiled by SQLAlchemy Core."""
-    metadata = MetaData()
-    columns = [Column(c.name, PgTypeText(c.type), nullable=not c.not_null, quote=True)
+    """``CREATE SCHEMA IF NOT EXISTS`` and ``CREATE TABLE``, composed with psycopg's ``sql``
+    (identifiers quoted; each type as PostgreSQL's own text). SQLAlchemy Core did this before:
+    its import took 0.1-0.15 s of every replica's start, on a seeded migration's path."""
+    columns = [sql.SQL("{} {}{}").format(sql.Identifier(c.name), sql.SQL(c.type),
+                                         sql.SQL(" NOT NULL" if c.not_null else ""))
                for c in shape.columns]
-    constraints = [PrimaryKeyConstraint(*shape.key)] if shape.key else []
-    sa_table = Table(table.table, metadata, *columns, *constraints, schema=table.schema,
-                     quote=True, quote_schema=True)
+    if shape.key:
+        columns.append(sql.SQL("PRIMARY KEY ({})").format(
+            sql.SQL(", ").join(map(sql.Identifier, shape.key))))
     statements = []
     if table.schema != "public":
-        statements.append(str(CreateSchema(table.schema, if_not_exists=True)
-                              .compile(dialect=_DIALECT)))
-    statements.append(str(CreateTable(sa_table).compile(dialect=_DIALECT)).strip())
+        statements.append(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+            sql.Identifier(table.schema)).as_string())
+    statements.append(sql.SQL("CREATE TABLE {} (\n\t{}\n)").format(
+        sql.Identifier(table.schema, table.table), sql.SQL(",\n\t").join(columns)).as_string())
     return statements
 
 
