@@ -44,7 +44,7 @@ def registry_error() -> type[Exception]:
 
 def check_registry(registry: Registry) -> None:
     """Fail in one line when the registry is unreachable or refuses the credentials."""
-    SchemaRegistryError = registry_error()  # noqa: N806 - the class, under its own name
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
 
     client = registry_client(registry)
     where = registry_url(registry)
