@@ -262,10 +262,18 @@ class KafkaSettings(Settings):
         return props
 
     def check_clients(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
         from common.kafka import check_broker
 
-        check_broker(self.kafka)
-        super().check_clients()
+        # beside the other checks (the registry's, with its client's import): a command's
+        # start waits for the longer of them, not for both; the broker's error still comes first
+        with ThreadPoolExecutor(1, thread_name_prefix="check") as pool:
+            broker = pool.submit(check_broker, self.kafka)
+            try:
+                super().check_clients()
+            finally:
+                broker.result()
 
     @property
     def broker(self) -> str:
