@@ -7,9 +7,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import typer
+from pydantic import ValidationError
 
 from bottler.cli import app
+from capture.settings import CaptureSettings
 
 HEAVY = ("bottler.migrate", "materializers", "confluent_kafka.schema_registry", "pyspark")
 
@@ -31,6 +34,11 @@ def test_the_captures_settings_import_no_registry_client_for_a_plain_url():
             "CaptureSettings(postgres='postgresql://u@h/db', "
             "schema_registry='http://127.0.0.1:1,https://r.example:8081')")
     assert _imported_by(code) == []
+
+
+def test_a_registry_url_the_client_would_refuse_is_still_refused_by_the_settings():
+    with pytest.raises(ValidationError, match="the registry client refuses it: Invalid url"):
+        CaptureSettings(postgres="postgresql://u@h/db", schema_registry="ftp://r.example")
 
 
 def test_every_command_is_found_by_name_and_loaded_once():
