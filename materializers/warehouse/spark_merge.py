@@ -37,11 +37,6 @@ from materializers.warehouse.spark_avro import TopicSchemas, rows
 # of the keys) before its commits, which skip the dedupe's sorts where none is: below it, the
 # check's own Spark job costs more than the dedupe it could spare.
 REPEATS_CHECKED = 50_000
-# The MERGE runs without adaptive query execution, which makes a Spark job of each of its query
-# stages: 8 jobs per batch instead of 11 (Delta's state 1 instead of 3, its scan for touched files
-# 3 instead of 5, the rewrite 2 instead of 3), for a fixed cost that outweighs a small batch's
-# rows (docs/warehouse.md, "The spark route's Spark jobs per table per batch")
-ADAPTIVE = "spark.sql.adaptive.enabled"
 TXN_APP, TXN_VERSION = ("spark.databricks.delta.write.txnAppId",
                         "spark.databricks.delta.write.txnVersion")
 
@@ -142,17 +137,10 @@ class TopicWrite:
         # the columns named, not UpdateAll/InsertAll: with schema evolution those would add
         # the DELETE flag to the table
         columns = {f"`{c}`": f"s.`{c}`" for c in source.columns if c != DELETE}
-        merge = (table.alias("t").merge(source.alias("s"), on)
-                 .whenMatchedDelete(f"s.{DELETE}")
-                 .whenMatchedUpdate(f"NOT s.{DELETE}", columns)
-                 .whenNotMatchedInsert(f"NOT s.{DELETE}", columns))
-        conf = self.spark.conf
-        adaptive = conf.get(ADAPTIVE)
-        conf.set(ADAPTIVE, "false")
-        try:
-            merge.execute()
-        finally:
-            conf.set(ADAPTIVE, adaptive)
+        (table.alias("t").merge(source.alias("s"), on)
+         .whenMatchedDelete(f"s.{DELETE}")
+         .whenMatchedUpdate(f"NOT s.{DELETE}", columns)
+         .whenNotMatchedInsert(f"NOT s.{DELETE}", columns).execute())
 
     def _commit(self, tp: TopicPartition, offset: int, forced: bool,
                 write: Callable[[dict], None]) -> None:
