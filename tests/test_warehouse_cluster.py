@@ -60,6 +60,8 @@ def test_spark_submit_loads_the_topics_on_a_standalone_cluster(stack, source, pr
     properties = table.metadata().configuration
     assert properties["delta.autoOptimize.autoCompact"] == "true"
     assert properties["delta.deletedFileRetentionDuration"] == "interval 86400 seconds"
+    log_dir = tmp_path / "warehouse" / prefix / "public" / "items" / "_delta_log"
+    assert not list(log_dir.glob("0*.crc"))  # delta-spark wrote no checksum file (upkeep.py)
 
 
 def test_outside_spark_submit_the_file_says_how_to_run_it(tmp_path):

@@ -69,6 +69,7 @@ def test_a_retention_is_both_delta_retentions_in_whole_seconds():
     assert conf["spark.databricks.delta.properties.defaults.deletedFileRetentionDuration"] == (
         "interval 360 seconds")
     assert conf["spark.databricks.delta.properties.defaults.autoOptimize.autoCompact"] == "true"
+    assert conf["spark.databricks.delta.writeChecksumFile.enabled"] == "false"  # no .crc
 
 
 def test_the_scratch_checkpoints_of_dead_runs_are_removed(tmp_path, monkeypatch):

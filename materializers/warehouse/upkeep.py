@@ -18,8 +18,11 @@ weeks (issue 27, item 5). Delta does most of it itself once asked; bottler asks:
   when it drops the log entries past their retention; after a VACUUM, whose commits may take
   the versions delta-spark would have checkpointed, one by delta-rs if the log is 10 entries
   past the last.
-- **Checksums**: delta-spark's ``N.crc`` beside each commit, deleted with it by delta-spark's
-  log cleanup but not by delta-rs's: after a VACUUM, those whose commit is gone.
+- **Checksums**: none written (``writeChecksumFile.enabled`` off: a ``.crc`` is 3.5-17 KB per
+  commit, a third to most of a small table's log, and no reader needs it; the MERGE's Spark
+  jobs stay as many, but for three after each checkpoint). Those an earlier run or another
+  writer left beside each commit are deleted with it by delta-spark's log cleanup but not by
+  delta-rs's: after a VACUUM, those whose commit is gone.
 - **The scratch checkpoint** of the streaming query (its offsets and commits logs; Delta is the
   truth, native.py) is a directory of the run, named with the job's pid and removed when the run
   ends; a run killed with ``kill -9`` leaves it, and the next run removes those of processes that
@@ -68,12 +71,13 @@ def retention(hours: float) -> dict[str, str]:
 
 
 def session_conf(hours: float) -> dict[str, str]:
-    """The session settings the housekeeping needs: the new tables' properties, and auto
-    compaction's threshold."""
+    """The session settings the housekeeping needs: the new tables' properties, auto
+    compaction's threshold, no checksum files."""
     defaults = {f"spark.databricks.delta.properties.defaults.{k.removeprefix('delta.')}": v
                 for k, v in (COMPACTION | retention(hours)).items()}
     return defaults | {"spark.databricks.delta.autoCompact.minNumFiles": str(AUTO_COMPACT_FILES),
-                       "spark.databricks.delta.autoCompact.minFileSize": str(SMALL_FILE)}
+                       "spark.databricks.delta.autoCompact.minFileSize": str(SMALL_FILE),
+                       "spark.databricks.delta.writeChecksumFile.enabled": "false"}
 
 
 class Upkeep:
