@@ -44,13 +44,11 @@ def registry_error() -> type[Exception]:
 
 def check_registry(registry: Registry) -> None:
     """Fail in one line when the registry is unreachable or refuses the credentials."""
-    from confluent_kafka.schema_registry.error import SchemaRegistryError
-
     client = registry_client(registry)
     where = registry_url(registry)
     try:
         client.get_subjects()
-    except SchemaRegistryError as exc:
+    except registry_error() as exc:
         if exc.http_status_code in (401, 403):
             raise BottlerError(
                 f"the schema registry at {where} refused the credentials "
