@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from confluent_kafka.admin import AdminClient
 
 from capture.health import metrics, slot_safety
-from capture.publish.control import ControlEvents
+from capture.publish.control import ControlEvents, control_topics
 from capture.publish.dead_letters import ErrorPolicy, OnError
 from capture.publish.producer_config import producer_config, transactional_config
 from capture.publish.publisher import Publisher
@@ -99,17 +99,51 @@ def _checked(s: CaptureSettings, catalog, writes, stop: threading.Event) -> None
         if registry_checked is not None:
             registry_checked.result()
     undo = Undo(s.postgres, admin, registrar, primary=s.primary)
-    with undo.on_failure():
-        control = ControlEvents(s.topic_prefix, s.output_format, registrar)
     undo.progress = progress
-    progress.warm()
-    if lost or gone:
-        slot_safety.recover(s, admin, control, published)
     try:
-        _start_and_stream(s, catalog, stop, undo, registrar, publications, control, progress,
-                          transactions)
+        with undo.on_failure():
+            made = _made(s, catalog, undo, registrar, progress, published, lost or gone)
+        _start_and_stream(s, catalog, stop, undo, publications, made, progress, transactions)
     finally:
         progress.close()
+
+
+@dataclass
+class Made:
+    """What the start made before its slot: the control events' encoders, the tables' topics
+    (their codecs follow), the error policy."""
+
+    control: ControlEvents
+    tables: Tables
+    on_error: OnError
+
+
+def _made(s: CaptureSettings, catalog, undo: Undo, registrar: Registrar | None,
+          progress: state.CaptureState, published: list[database.SourceTable],
+          recover: bool) -> Made:
+    """Every topic the start needs, made in one request, the control topics' schemas registered
+    meanwhile (a seed waits for this start); a lost or gone slot recovered first."""
+    admin = undo.admin
+    with ThreadPoolExecutor(1, thread_name_prefix="register") as pool:
+        registered = pool.submit(ControlEvents, s.topic_prefix, s.output_format, registrar)
+        if recover:
+            slot_safety.recover(s, admin, registered.result(), published)
+        on_error = OnError.of(s.on_error, s.topic_prefix, s.slot)
+        undo.ownership = state.TopicOwnership(progress, s.topic_prefix, s.slot, s.output_format)
+        tables = Tables(catalog, registrar, admin, s.topic_prefix, s.output_format,
+                        s.allow_unkeyed, s.topic_config, s.temporal_mode, s.partitions_of,
+                        created_topics=undo.topics, ownership=undo.ownership)
+        made = [TopicSet([progress.topic], config=s.topic_config),
+                # Control events must outlive every table message they refer to: no time-based
+                # deletion.
+                TopicSet(plain=control_topics(s.topic_prefix),
+                         config={**s.topic_config, "retention.ms": "-1"}),
+                *tables.topic_sets(published)]
+        if on_error.mode == "dead-letter":
+            made.append(TopicSet(plain=[on_error.topic],
+                                 config=on_error.topic_config(s.topic_config)))
+        topics.ensure_topic_sets(admin, made, created=undo.topics)
+        return Made(registered.result(), tables, on_error)
 
 
 def _checked_here(s: CaptureSettings, catalog, writes, lost: bool):
@@ -117,6 +151,7 @@ def _checked_here(s: CaptureSettings, catalog, writes, lost: bool):
     Kafka too), the tables."""
     admin = AdminClient(client_config(s.kafka, log_level=2))
     progress = state.CaptureState(s.broker, s.topic_prefix, s.kafka_config)
+    progress.warm()  # the start's first record, before its slot, waits for its producer's id
     # A slot it streamed from, missing here (a failover that could not keep it): never a
     # silent new snapshot, which would leave the rows deleted meanwhile in the views
     gone = not lost and slot_safety.is_gone(catalog, s.slot, progress, admin)
@@ -133,26 +168,12 @@ def _checked_here(s: CaptureSettings, catalog, writes, lost: bool):
 
 
 def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, undo: Undo,
-                      registrar: Registrar | None, publications: Publications,
-                      control: ControlEvents, progress: state.CaptureState,
+                      publications: Publications, made: Made, progress: state.CaptureState,
                       transactions: KafkaTransactions | None) -> None:
-    admin = undo.admin
+    admin, tables, on_error = undo.admin, made.tables, made.on_error
     with undo.on_failure():
-        on_error = OnError.of(s.on_error, s.topic_prefix, s.slot)
-        made = [TopicSet([progress.topic], config=s.topic_config),
-                # Control events must outlive every table message they refer to: no time-based
-                # deletion.
-                TopicSet(plain=control.topics, config={**s.topic_config, "retention.ms": "-1"})]
-        if on_error.mode == "dead-letter":
-            made.append(TopicSet(plain=[on_error.topic],
-                                 config=on_error.topic_config(s.topic_config)))
-        topics.ensure_topic_sets(admin, made, created=undo.topics)
-        ownership = undo.ownership = state.TopicOwnership(
-            progress, s.topic_prefix, s.slot, s.output_format)
-        tables = Tables(catalog, registrar, admin, s.topic_prefix, s.output_format,
-                        s.allow_unkeyed, s.topic_config, s.temporal_mode, s.partitions_of,
-                        created_topics=undo.topics, ownership=ownership)
-        recorded = progress.read_all(admin)  # its admin is connected: 0.05 s sooner
+        # a progress topic this start made holds no record yet (asking would wait for its leader)
+        recorded = {} if progress.topic in undo.topics else progress.read_all(admin)
         job = _resume_or_restart(s, catalog, recorded, admin)
         if job is not None or _slot_lsn(catalog, s.slot) is not None:
             # the slot exists: tables that join now are copied by the stream
@@ -188,7 +209,8 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, undo: 
         s.incremental_chunk_rows, s.spool_dir if transactions else None, publications.generated,
         s.primary)
     # heartbeats are written where the publications are: a standby is read-only
-    streamer = Streamer(options, tables, control, publisher, admin, heartbeats=publications.conn,
+    streamer = Streamer(options, tables, made.control, publisher, admin,
+                        heartbeats=publications.conn,
                         watcher=Watcher(publications) if publications.managed else None,
                         progress=progress)
     gctune.tune()

@@ -10,11 +10,16 @@ from schemas.serde import AvroEncoder
 from schemas.topics import HEARTBEAT, TRANSACTIONS, TRUNCATE, with_prefix
 
 
+def control_topics(prefix: str) -> list[str]:
+    """The control topics of the capture of ``prefix``: truncates, transactions, heartbeats."""
+    return [with_prefix(prefix, TRUNCATE), with_prefix(prefix, TRANSACTIONS),
+            with_prefix(prefix, HEARTBEAT)]
+
+
 class ControlEvents:
     def __init__(self, prefix: str, fmt: str, registrar: Registrar | None):
-        self.truncate_topic = with_prefix(prefix, TRUNCATE)
-        self.transactions_topic = with_prefix(prefix, TRANSACTIONS)
-        self.heartbeat_topic = with_prefix(prefix, HEARTBEAT)
+        self.truncate_topic, self.transactions_topic, self.heartbeat_topic = control_topics(
+            prefix)
         self._encode = {}
         for topic, schema in (
             (self.truncate_topic, control.TRUNCATE),
@@ -26,10 +31,6 @@ class ControlEvents:
                 self._encode[topic] = AvroEncoder(schema_id, schema).encode
             else:
                 self._encode[topic] = encode_json
-
-    @property
-    def topics(self) -> list[str]:
-        return [self.truncate_topic, self.transactions_topic, self.heartbeat_topic]
 
     def truncate(self, topic, schema, table, lsn, commit_time, offsets, cascade, restart) -> bytes:
         return self._encode[self.truncate_topic]({

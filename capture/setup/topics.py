@@ -46,11 +46,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TopicSet:
-    """Topics made alike: compacted or plain (time-based deletion), with the same settings."""
+    """Topics made alike: compacted or plain (time-based deletion), with the same settings;
+    ``partitions``: of those created (default: the caller's, else 1)."""
 
     compacted: Sequence[str] = ()
     plain: Sequence[str] = ()
     config: Mapping[str, str] = field(default_factory=dict)
+    partitions: int | None = None
 
     def wanted(self) -> dict[str, dict[str, str]]:
         """Each topic's settings at its creation."""
@@ -80,7 +82,8 @@ def ensure_topic_sets(admin: AdminClient, sets: Sequence[TopicSet], partitions: 
     """:func:`ensure_topics` for several sets of topics at once: one look at the broker's
     topics, one request that creates the missing ones, one wait for them (a capture's start
     waits for each)."""
-    wanted = {t: cfg for each in sets for t, cfg in each.wanted().items()}
+    wanted = {t: (cfg, each.partitions or partitions)
+              for each in sets for t, cfg in each.wanted().items()}
     try:
         existing = admin.list_topics(timeout=10).topics
     except KafkaException as exc:
@@ -88,17 +91,17 @@ def ensure_topic_sets(admin: AdminClient, sets: Sequence[TopicSet], partitions: 
     for each in sets:
         if each.config:
             _alter_configs(admin, [t for t in each.wanted() if t in existing], dict(each.config))
-    if partitions is not None:
-        for topic in wanted:
-            if topic in existing and (has := len(existing[topic].partitions)) != partitions:
-                log.warning(
-                    "topic %s has %d partition%s, the setting asks for %d: kept as it is (a new"
-                    " count would move rows to other partitions); to change it, capture under a"
-                    " new --topic-prefix and rebuild the views", topic, has,
-                    "" if has == 1 else "s", partitions)
+    for topic, (_, count) in wanted.items():
+        if count is not None and topic in existing and (
+                has := len(existing[topic].partitions)) != count:
+            log.warning(
+                "topic %s has %d partition%s, the setting asks for %d: kept as it is (a new"
+                " count would move rows to other partitions); to change it, capture under a"
+                " new --topic-prefix and rebuild the views", topic, has,
+                "" if has == 1 else "s", count)
     new = [
-        NewTopic(t, num_partitions=partitions or 1, config=cfg)
-        for t, cfg in wanted.items() if t not in existing
+        NewTopic(t, num_partitions=count or 1, config=cfg)
+        for t, (cfg, count) in wanted.items() if t not in existing
     ]
     if not new:
         return

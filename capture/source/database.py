@@ -4,6 +4,7 @@ with their keys, as PostgreSQL's catalogs describe them."""
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 
 import psycopg
@@ -19,6 +20,9 @@ log = logging.getLogger(__name__)
 
 SETUP_DOC = "docs/capture-setup.md"  # the least-privilege setup and every start-up error
 LEAST_PRIVILEGE_DOC = SETUP_DOC
+# A capture that has just stopped leaves its slot active until its walsender notices the closed
+# connection, a moment later: a start right after it (a restart) waits that long for the slot.
+SLOT_RELEASE_WAIT = 5.0  # seconds
 
 
 @dataclass
@@ -78,11 +82,11 @@ def preflight(conn: psycopg.Connection, slot: str) -> None:
             f"role {user} may not use replication (it lacks the REPLICATION attribute)",
             f"as a superuser run ALTER ROLE {role} REPLICATION; (see {SETUP_DOC})",
         )
-    row = conn.execute(
-        "select active_pid, database = current_database(), plugin, database "
-        "from pg_replication_slots where slot_name = %s",
-        (slot,),
-    ).fetchone()
+    row = _slot(conn, slot)
+    released_by = time.monotonic() + SLOT_RELEASE_WAIT
+    while row and row[0] and time.monotonic() < released_by:
+        time.sleep(0.1)
+        row = _slot(conn, slot)
     if row and row[0]:
         raise BottlerError(
             f"replication slot {slot} is in use by another process (pid {row[0]})",
@@ -113,6 +117,13 @@ def preflight(conn: psycopg.Connection, slot: str) -> None:
                 "restart PostgreSQL), or drop unused slots (bottler slot status, bottler slot "
                 "drop)",
             )
+
+
+def _slot(conn: psycopg.Connection, slot: str) -> tuple | None:
+    """The slot's active pid, whether it is of this database, its plugin and its database."""
+    return conn.execute(
+        "select active_pid, database = current_database(), plugin, database "
+        "from pg_replication_slots where slot_name = %s", (slot,)).fetchone()
 
 
 def published_tables(

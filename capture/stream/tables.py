@@ -62,6 +62,27 @@ class Tables:
         self._met: dict[int, dict | None] = {}  # oid -> the value schema the views last met
         self._met_in: dict[int, Attributes] = {}  # oid -> the catalog when _met was built
         self._type_cache: dict = {}
+        self._made: dict[str, bool] = {}  # topic -> keyed: made with the start's topics
+
+    def topic_sets(self, tables: list[SourceTable]) -> list[topics.TopicSet]:
+        """The topics of ``tables``, for the start to make with its other topics in one request
+        (not one per table after the slot, when a seed waits); each table's first codec then
+        does not ask for its topic again, unless its key came or went meanwhile."""
+        grouped: dict[tuple[bool, int], list[str]] = {}
+        for t in tables:
+            topic = table_topic(self.prefix, t.schema, t.name)
+            self._made[topic] = bool(t.key)
+            grouped.setdefault((bool(t.key), self.partitions_of(t.schema, t.name)),
+                               []).append(topic)
+        return [self._topic_set(names, keyed, partitions)
+                for (keyed, partitions), names in grouped.items()]
+
+    def _topic_set(self, names: list[str], keyed: bool, partitions: int) -> topics.TopicSet:
+        if keyed:
+            return topics.TopicSet(names, config=self.topic_config, partitions=partitions)
+        # Kafka refuses keyless messages in compacted topics: keep them all instead
+        return topics.TopicSet(plain=names, config={**self.topic_config, "retention.ms": "-1"},
+                               partitions=partitions)
 
     def spec(self, table: SourceTable) -> CodecSpec:
         """The codec spec of a table known from the catalog (snapshot, start-up)."""
@@ -174,15 +195,9 @@ class Tables:
                 "add a primary key, or pass --allow-unkeyed",
             )
         topic = table_topic(self.prefix, schema, name)
-        if oid not in self._codecs:
-            partitions = self.partitions_of(schema, name)
-            if key:
-                topics.ensure_topics(self.admin, [topic], config=self.topic_config,
-                                     created=self.created_topics, partitions=partitions)
-            else:  # Kafka refuses keyless messages in compacted topics: keep them all instead
-                topics.ensure_topics(self.admin, [], [topic],
-                                     config={**self.topic_config, "retention.ms": "-1"},
-                                     created=self.created_topics, partitions=partitions)
+        if oid not in self._codecs and self._made.pop(topic, None) != bool(key):
+            made = self._topic_set([topic], bool(key), self.partitions_of(schema, name))
+            topics.ensure_topic_sets(self.admin, [made], created=self.created_topics)
         spec = make_spec(schema, name, topic, columns, key, self.fmt, self.registrar,
                          self.temporal_mode, renamed)
         self.ownership.claim(schema, name, topic, key)
