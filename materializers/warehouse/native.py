@@ -66,8 +66,9 @@ from schemas.topics import DEAD_LETTER, TRUNCATE, table_topics, with_prefix
 log = logging.getLogger(__name__)
 
 ROUTES = ("python", "spark")  # --route: today's default, and this module
-# the table topics a batch commits side by side (side_by_side.py)
-TOPIC_THREADS = int(os.environ.get("BOTTLER_SCRATCH_TOPIC_THREADS", "2"))
+# the table topics a batch commits side by side (side_by_side.py): two take a warm batch of four
+# tables' MERGEs from 4.6 to 3.7 s on two cores, four to 3.5 s (docs/warehouse.md)
+TOPIC_THREADS = 2
 STOP_TIMEOUT = 10.0  # seconds a stopped query has for its batch (commits are atomic)
 # the query's scratch checkpoint, named with the job's pid (upkeep.py removes a dead run's)
 CHECKPOINT_PREFIX = "bottler-warehouse-checkpoint-"
