@@ -19,7 +19,8 @@ time trigger for the continuous job):
    an unkeyed table's rows appended; after a truncate the first of them overwrites the table.
    Each commit records its topic-partition's next offset as its Delta transaction identifier
    (``txnAppId``/``txnVersion``), so a replayed batch commits nothing twice. A table with no
-   change in the batch gets no commit;
+   change in the batch gets no commit. Steps 2 and 3 run for two topics at a time, each in a
+   Spark session of its own (side_by_side.py);
 4. the truncate topic's offsets, in the warehouse's offsets table (sink.py), last.
 
 Delta stays the truth: the query starts from the offsets the tables recorded (read before it
