@@ -267,3 +267,69 @@ def test_a_truncate_read_after_the_rows_that_followed_it(spark_native, stack, tm
             assert rows(sink, ITEMS, ("id", "name")) == [(7, "after")]
     finally:
         sink.close()
+
+
+def test_a_batchs_tables_commit_side_by_side_each_with_its_own_identifiers(spark_native, stack,
+                                                                          tmp_path):
+    """A batch's table topics commit side by side (side_by_side.py), each in a Spark session
+    of its own: two tables merged in one batch record their own topic's transaction
+    identifiers alone (the ``txn`` actions of their _delta_log), and a topic that fails (a
+    Delta table bottler did not write at its path) fails the batch, told once the other
+    topic's commit is done."""
+    import dataclasses
+    import json
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from materializers.core import TableId
+    from materializers.warehouse.sink import table_path
+    from tests.support.conformance import ITEMS, V1, Stream, value_schema
+    from tests.support.conformance_spark import SparkSink, Topics
+
+    things, alien = TableId("public", "things"), TableId("public", "alien")
+
+    def on(table: TableId, changes: list) -> list:
+        return [dataclasses.replace(c, topic=f"p.{table.table}", table=table,
+                                    value_schema=value_schema(table, V1["fields"]))
+                for c in changes]
+
+    def txns(table: TableId) -> set[tuple[str, int]]:
+        actions = [json.loads(line) for f in (table_path(root, table) / "_delta_log").glob(
+            "*.json") for line in f.read_text().splitlines()]
+        return {(a["txn"]["appId"], a["txn"]["version"]) for a in actions if "txn" in a}
+
+    topics, root = Topics(stack), tmp_path / "wh"
+    sink = SparkSink(spark_native, stack, topics, root)
+    sink.route.close()
+    sink.route = SparkRoute(spark_native, root, bootstrap=stack.kafka,
+                            registry=stack.registry_url, prefix=topics.prefix,
+                            topics=[topics.name(f"p.{t.table}") for t in (ITEMS, things, alien)])
+    items, more, other = Stream(), Stream(), Stream()
+    try:
+        for upserts in (3, 4):  # the tables' first rows, then a MERGE into each, side by side
+            for i in range(upserts):
+                items.upsert(i, name=f"i{upserts}")
+                more.upsert(i + 1, name=f"t{upserts}")
+            more.delete(1)
+            sink.write(items.changes[-upserts:] + on(things, more.changes[-upserts - 1:]), {})
+            sink.flush()
+        app = f"bottler:{topics.prefix}.%s:0"
+        assert txns(ITEMS) == {(app % "items", 3), (app % "items", 7)}
+        assert txns(things) == {(app % "things", 4), (app % "things", 9)}
+        write_deltalake(str(table_path(root, alien)), pa.table({"id": pa.array([9], pa.int32())}))
+        items.upsert(0, name="after")
+        other.upsert(0)
+        sink.write(items.changes[-1:] + on(alien, other.changes), {})
+        with pytest.raises(BottlerError, match="did not write"):
+            sink.flush()
+        assert (0, "after") in [r[:2] for r in delta_rows_of(table_path(root, ITEMS))]
+        assert txns(ITEMS) >= {(app % "items", 8)}
+        assert open_table(table_path(root, alien)).to_pyarrow_table().to_pylist() == [{"id": 9}]
+    finally:
+        sink.close()
+
+
+def delta_rows_of(path: Path) -> list[tuple]:
+    return [tuple(r.values()) for r in open_table(path).to_pyarrow_table(
+        columns=["id", "name"]).to_pylist()]
