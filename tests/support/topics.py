@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -24,7 +24,7 @@ def read_topic(bootstrap: str, topic: str) -> list:
         metadata = consumer.list_topics(timeout=10).topics[topic]
         messages = []
         for p in sorted(metadata.partitions):
-            _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            _, high = _high_watermark(consumer, TopicPartition(topic, p))
             if high == 0:
                 continue
             consumer.assign([TopicPartition(topic, p, 0)])
@@ -38,6 +38,24 @@ def read_topic(bootstrap: str, topic: str) -> list:
         return messages
     finally:
         consumer.close()
+
+
+# A topic made a moment ago is in the metadata before its partition has a leader that serves it
+_NOT_SERVED_YET = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                   KafkaError.UNKNOWN_TOPIC_OR_PART}
+
+
+def _high_watermark(consumer: Consumer, tp: TopicPartition) -> tuple[int, int]:
+    """The partition's watermarks, once its leader serves it (a few milliseconds after the topic
+    is made; at most 10 s)."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=10)
+        except KafkaException as exc:
+            if exc.args[0].code() not in _NOT_SERVED_YET or time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
 
 
 def read_committed(bootstrap: str, topic: str, isolation: str = "read_committed") -> list:
