@@ -116,9 +116,10 @@ def _debezium(ep, table, rows, changes, roots, out: Path,
                      "connection.password": pg["password"]},
     }, log=out / "connect-pg2pg.log", converter=converter)
     try:
+        source = checksum(ep.pg_dsn, table)  # before the clock: not the tool's time, nor CPU
         meter = CpuMeter(roots).start()
         started = worker.start().started_at
-        equal = _equal_at(checksum(ep.pg_dsn, table), target, table, (worker,))
+        equal = _equal_at(source, target, table, (worker,))
         cpu = cpu_seconds(worker.pid)
         note = meter.note()
         rss = worker.peak_mb
@@ -146,11 +147,11 @@ def _bottler(ep, env, table, rows, changes, roots, seed: bool) -> tuple[Run, Run
         *(["--seed-from", ep.pg_dsn] if seed else [])])
     up = None
     try:
+        source = checksum(ep.pg_dsn, table)  # before the clock: not the tool's time, nor CPU
         meter = CpuMeter(roots).start()
         capture.start()
         replica.start()
         started = capture.started_at
-        source = checksum(ep.pg_dsn, table)
         if seed:
             equal = replica.wait_line(SEED_DONE, timeout=TIMEOUT)[0]
             _equal_at(source, target, table, (capture, replica))
