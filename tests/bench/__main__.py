@@ -22,7 +22,7 @@ from tests.bench.kafka import delete_topics, expect_messages
 from tests.bench.large_transactions import large_transactions
 from tests.bench.latency import latency
 from tests.bench.migration import migration, seeded_sizes
-from tests.bench.procs import SNAPSHOT_DONE, CaptureProcess, running
+from tests.bench.procs import SNAPSHOT_DONE, CaptureProcess, running, unwind_on_sigterm
 from tests.bench.replica import partitioned, replica
 from tests.bench.report import (
     Figure,
@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pg-version", metavar="N",
                         help="the stack's PostgreSQL major [the first found, as `stack up`]")
     args = parser.parse_args(argv)
+    unwind_on_sigterm("bench")
     rows = args.rows
     header = [code_line(), machine_line() + " at the start"]
     started = time.monotonic()

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,6 +39,7 @@ from tests.bench.peers_live import Tool, live_and_latency
 from tests.bench.peers_pg2pg import pg2pg
 from tests.bench.peers_report import Row, say, versions
 from tests.bench.peers_shop import shop
+from tests.bench.procs import unwind_on_sigterm
 from tests.bench.report import code_line, machine_line
 
 ROWS = 1_000_000
@@ -91,9 +90,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = _arguments(argv)
-    # SIGTERM (a timeout, ^C's cousin) unwinds as an exception: the stack, the slots and
-    # Connect's directory are cleaned up by the finally blocks
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit("bench-peers: terminated"))
+    unwind_on_sigterm("bench-peers")  # Connect's directory too
     rows = args.rows
     for old in args.out.glob("connect-*.log"):
         old.unlink()

@@ -20,6 +20,13 @@ SNAPSHOT_DONE = r"snapshot: (\d+) rows"  # the capture's line once its snapshot 
 SAMPLE_EVERY = 0.25  # seconds between memory samples
 
 
+def unwind_on_sigterm(bench: str) -> None:
+    """SIGTERM (a timeout, ^C's cousin) unwinds as an exception: the bench's stack, slots and
+    scratch directories are cleaned up by their finally blocks, as at its end (killed
+    otherwise, its stack's servers would outlive it)."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(f"{bench}: terminated"))
+
+
 def _stat(pid: int) -> list[str] | None:
     """/proc/<pid>/stat from field 3 (state) on: rest[1] ppid, rest[11:15] CPU ticks."""
     try:
