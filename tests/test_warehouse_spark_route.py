@@ -286,6 +286,7 @@ def test_a_batchs_tables_commit_side_by_side_each_with_its_own_identifiers(spark
     from materializers.warehouse.sink import table_path
     from tests.support.conformance import ITEMS, V1, Stream, value_schema
     from tests.support.conformance_spark import SparkSink, Topics
+    from tests.support.conformance_warehouse import rows
 
     things, alien = TableId("public", "things"), TableId("public", "alien")
 
@@ -323,13 +324,8 @@ def test_a_batchs_tables_commit_side_by_side_each_with_its_own_identifiers(spark
         sink.write(items.changes[-1:] + on(alien, other.changes), {})
         with pytest.raises(BottlerError, match="did not write"):
             sink.flush()
-        assert (0, "after") in [r[:2] for r in delta_rows_of(table_path(root, ITEMS))]
+        assert (0, "after") in rows(sink, ITEMS, ("id", "name"))
         assert txns(ITEMS) >= {(app % "items", 8)}
         assert open_table(table_path(root, alien)).to_pyarrow_table().to_pylist() == [{"id": 9}]
     finally:
         sink.close()
-
-
-def delta_rows_of(path: Path) -> list[tuple]:
-    return [tuple(r.values()) for r in open_table(path).to_pyarrow_table(
-        columns=["id", "name"]).to_pylist()]

@@ -90,6 +90,15 @@ class RouteResult:
     commits: int = 0
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
 
+    def add(self, other: RouteResult) -> None:
+        """``other`` counted in: a topic's into its batch's, a batch's into the run's."""
+        self.messages += other.messages
+        self.changes += other.changes
+        self.truncates += other.truncates
+        self.dead_letters += other.dead_letters
+        self.commits += other.commits
+        self.offsets.update(other.offsets)
+
 
 class SparkRoute:
     """Loads the table topics into Delta tables under ``root`` (the job's prefix_root) with
@@ -172,12 +181,7 @@ class SparkRoute:
             except BottlerError as exc:  # one line, not Spark's stack traces
                 failure.append(exc)
                 return
-            total.messages += result.messages
-            total.changes += result.changes
-            total.truncates += result.truncates
-            total.dead_letters += result.dead_letters
-            total.commits += result.commits
-            total.offsets.update(result.offsets)
+            total.add(result)
 
         reader = self.spark.readStream.format("kafka")
         for name, value in kafka.java_properties(self.bootstrap).items():
@@ -232,9 +236,7 @@ class SparkRoute:
             tasks.append(lambda spark, a=(rows, topic, targets, bool(barrier), count):
                          self._topic(spark, *a))
         for done in self.side_by_side.run(tasks):  # each topic's commits, side by side
-            for name in ("changes", "dead_letters", "commits"):
-                setattr(result, name, getattr(result, name) + getattr(done, name))
-            result.offsets.update(done.offsets)
+            result.add(done)
         if control:
             result.messages += sum(end - begins.get(tp, 0) for tp, end in control.items())
             self.sink._store_elsewhere(control)
