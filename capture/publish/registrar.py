@@ -37,7 +37,7 @@ class Registrar:
         return registry_client(self.registry)
 
     def check(self) -> None:
-        check_registry(self.registry)
+        check_registry(self.registry, self.client)
 
     def register(self, subject: str, schema: dict) -> int:
         text = json.dumps(schema, separators=(",", ":"))

@@ -20,6 +20,11 @@ from common.kafka import client_config, high_watermarks, reader_config
 from schemas import ownership
 from schemas.topics import STATE, with_prefix
 
+# The start's first record goes to a topic made a moment before, whose leader the broker may
+# not have taken up yet (NOT_LEADER_FOR_PARTITION): librdkafka asks again after 100 ms by
+# default, on the path to the slot; after 10 ms here, backing off to its usual 1 s ceiling.
+FIRST_RECORD_RETRY = {"topic.metadata.refresh.fast.interval.ms": 10, "retry.backoff.ms": 10}
+
 
 class CaptureState:
     def __init__(self, bootstrap: str, prefix: str, extra_config: dict[str, str] | None = None):
@@ -99,7 +104,7 @@ class CaptureState:
         if self._producer is None:
             self._producer = Producer(client_config(
                 self._connection(),
-                **{"enable.idempotence": True, "acks": "all"}))
+                **{"enable.idempotence": True, "acks": "all"}, **FIRST_RECORD_RETRY))
             self._producer.poll(0)
 
     def _produce(self, states: dict[str, dict | None], wait: bool = True) -> None:
