@@ -269,13 +269,11 @@ def test_a_truncate_read_after_the_rows_that_followed_it(spark_native, stack, tm
         sink.close()
 
 
-def test_a_batchs_tables_commit_side_by_side_each_with_its_own_identifiers(spark_native, stack,
-                                                                          tmp_path):
-    """A batch's table topics commit side by side (side_by_side.py), each in a Spark session
-    of its own: two tables merged in one batch record their own topic's transaction
-    identifiers alone (the ``txn`` actions of their _delta_log), and a topic that fails (a
-    Delta table bottler did not write at its path) fails the batch, told once the other
-    topic's commit is done."""
+def test_a_batchs_tables_each_record_their_own_identifiers(spark_native, stack, tmp_path):
+    """Two tables merged in one batch record their own topic's transaction identifiers alone
+    (the ``txn`` actions of their _delta_log: delta-spark takes them from the session's
+    settings, which the batch's commits share), and a topic that fails (a Delta table bottler
+    did not write at its path) fails the batch and leaves that table as it was."""
     import dataclasses
     import json
 
@@ -286,7 +284,6 @@ def test_a_batchs_tables_commit_side_by_side_each_with_its_own_identifiers(spark
     from materializers.warehouse.sink import table_path
     from tests.support.conformance import ITEMS, V1, Stream, value_schema
     from tests.support.conformance_spark import SparkSink, Topics
-    from tests.support.conformance_warehouse import rows
 
     things, alien = TableId("public", "things"), TableId("public", "alien")
 
@@ -308,7 +305,7 @@ def test_a_batchs_tables_commit_side_by_side_each_with_its_own_identifiers(spark
                             topics=[topics.name(f"p.{t.table}") for t in (ITEMS, things, alien)])
     items, more, other = Stream(), Stream(), Stream()
     try:
-        for upserts in (3, 4):  # the tables' first rows, then a MERGE into each, side by side
+        for upserts in (3, 4):  # the tables' first rows, then a MERGE into each
             for i in range(upserts):
                 items.upsert(i, name=f"i{upserts}")
                 more.upsert(i + 1, name=f"t{upserts}")
@@ -324,8 +321,6 @@ def test_a_batchs_tables_commit_side_by_side_each_with_its_own_identifiers(spark
         sink.write(items.changes[-1:] + on(alien, other.changes), {})
         with pytest.raises(BottlerError, match="did not write"):
             sink.flush()
-        assert (0, "after") in rows(sink, ITEMS, ("id", "name"))
-        assert txns(ITEMS) >= {(app % "items", 8)}
         assert open_table(table_path(root, alien)).to_pyarrow_table().to_pylist() == [{"id": 9}]
     finally:
         sink.close()

@@ -19,8 +19,8 @@ time trigger for the continuous job):
    an unkeyed table's rows appended; after a truncate the first of them overwrites the table.
    Each commit records its topic-partition's next offset as its Delta transaction identifier
    (``txnAppId``/``txnVersion``), so a replayed batch commits nothing twice. A table with no
-   change in the batch gets no commit. Steps 2 and 3 run for two topics at a time, each in a
-   Spark session of its own (side_by_side.py);
+   change in the batch gets no commit. Topics are committed one after another: two at a time,
+   in threads, crashed the job once in Spark's analyser (docs/warehouse.md);
 4. the truncate topic's offsets, in the warehouse's offsets table (sink.py), last.
 
 Delta stays the truth: the query starts from the offsets the tables recorded (read before it
@@ -51,7 +51,6 @@ from materializers.core.poison import DeadLetters
 from materializers.warehouse import kafka, stream
 from materializers.warehouse.batch import DELETE
 from materializers.warehouse.delta import open_table, stored_offsets
-from materializers.warehouse.side_by_side import SideBySide
 from materializers.warehouse.sink import DeltaSink, table_path
 from materializers.warehouse.source import decoder
 from materializers.warehouse.spark_avro import (
@@ -67,9 +66,6 @@ from schemas.topics import DEAD_LETTER, TRUNCATE, table_topics, with_prefix
 log = logging.getLogger(__name__)
 
 ROUTES = ("python", "spark")  # --route: today's default, and this module
-# the table topics a batch commits side by side (side_by_side.py): two take a warm batch of four
-# tables' MERGEs from 4.6 to 3.7 s on two cores, four to 3.5 s (docs/warehouse.md)
-TOPIC_THREADS = 2
 STOP_TIMEOUT = 10.0  # seconds a stopped query has for its batch (commits are atomic)
 # the query's scratch checkpoint, named with the job's pid (upkeep.py removes a dead run's)
 CHECKPOINT_PREFIX = "bottler-warehouse-checkpoint-"
@@ -107,8 +103,7 @@ class SparkRoute:
     def __init__(self, spark: Any, root: Path, *, bootstrap: Connection, registry: Registry,
                  prefix: str = "", topics: Iterable[str] | None = None,
                  on_poison: str = "dead-letter", max_messages: int = 1_000_000,
-                 name: str = "warehouse", topic_threads: int = TOPIC_THREADS,
-                 owned: OwnedTopics | None = None):
+                 name: str = "warehouse", owned: OwnedTopics | None = None):
         self.spark, self.root = spark, Path(root)
         self.bootstrap, self.registry = bootstrap, registry
         self.client = registry_client(registry)
@@ -123,10 +118,8 @@ class SparkRoute:
                                 else None)
         self._is_table_topic = self._owned or table_topics(prefix, self.topics)
         self.sink = DeltaSink(self.root)  # the offsets the tables recorded, their owners
-        self.side_by_side = SideBySide(spark, topic_threads)
 
     def close(self) -> None:
-        self.side_by_side.close()
         if self._owned is not None:
             self._owned.close()
         self.dead_letters.close()
@@ -220,7 +213,6 @@ class SparkRoute:
         moved = {tp: end for tp, end in ends.items() if end > begins.get(tp, 0)}
         control = {tp: end for tp, end in moved.items() if tp[0] == self.truncate_topic}
         barriers = self._barriers(frame, control, begins, result) if control else {}
-        tasks = []
         for topic in sorted({t for t, _ in moved if t != self.truncate_topic} | set(barriers)):
             barrier = barriers.get(topic, {})
             parts = {tp for tp in moved if tp[0] == topic} | set(barrier)
@@ -233,10 +225,7 @@ class SparkRoute:
             if again:
                 rows = rows.unionByName(self._read(again))
             targets = {tp: max(starts[tp], ends.get(tp, 0)) for tp in parts}
-            tasks.append(lambda spark, a=(rows, topic, targets, bool(barrier), count):
-                         self._topic(spark, *a))
-        for done in self.side_by_side.run(tasks):  # each topic's commits, side by side
-            result.add(done)
+            result.add(self._topic(rows, topic, targets, bool(barrier), count))
         if control:
             result.messages += sum(end - begins.get(tp, 0) for tp, end in control.items())
             self.sink._store_elsewhere(control)
@@ -297,11 +286,10 @@ class SparkRoute:
                 .option("endingOffsets", json.dumps(end))
                 .option("failOnDataLoss", "false"))
 
-    def _topic(self, spark: Any, frame: Any, topic: str, targets: dict[TopicPartition, int],
+    def _topic(self, frame: Any, topic: str, targets: dict[TopicPartition, int],
                truncated: bool, messages: int) -> RouteResult:
-        """The ``messages`` rows of ``topic`` decoded, its poison set aside, the rest committed
-        in ``spark`` (its thread's session, side_by_side.py): one commit per partition of
-        ``targets`` (spark_merge.py)."""
+        """The ``messages`` rows of ``topic`` decoded, its poison set aside, the rest committed:
+        one commit per partition of ``targets`` (spark_merge.py)."""
         from pyspark.sql import functions as F  # noqa: N812
 
         result = RouteResult()
@@ -336,7 +324,7 @@ class SparkRoute:
         try:
             self._dead_letters(frame.where("_poison"), topic, result)
             self.sink._check_own(path, schemas.table, targets)
-            write = TopicWrite(spark, path, schemas, columns, missing)
+            write = TopicWrite(self.spark, path, schemas, columns, missing)
             write.write(frame.where("NOT _poison"), targets, truncated, messages)
         finally:
             frame.unpersist()
