@@ -45,7 +45,7 @@ def registry_error() -> type[Exception]:
 def check_registry(registry: Registry, client=None) -> None:
     """Fail in one line when the registry is unreachable or refuses the credentials; asks
     ``client`` when given (a client costs 0.06 s to make: its TLS context), else a new one."""
-    client = client or registry_client(registry)
+    client = client if client is not None else registry_client(registry)
     where = registry_url(registry)
     try:
         client.get_subjects()

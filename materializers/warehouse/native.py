@@ -71,9 +71,6 @@ STOP_TIMEOUT = 10.0  # seconds a stopped query has for its batch (commits are at
 CHECKPOINT_PREFIX = "bottler-warehouse-checkpoint-"
 
 
-# -- the Kafka client's properties for Spark's (Java) client ---------------------------------
-
-
 # -- the job ------------------------------------------------------------------------------
 
 
@@ -343,7 +340,6 @@ class SparkRoute:
             result.dead_letters += 1
         if result.dead_letters:
             self.dead_letters.flush()
-
 
 
 def _from(starts: dict[TopicPartition, int]) -> Any:
