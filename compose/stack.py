@@ -68,12 +68,15 @@ class Stack:
     SCALABLE = ("replica", "search", "translator")
 
     def __init__(self, root: Path, ports: dict[str, int | None] | None = None,
-                 pg_version: str | None = None, broker_settings: dict[str, str] | None = None):
+                 pg_version: str | None = None, broker_settings: dict[str, str] | None = None,
+                 throwaway_ports: bool = False):
         """``ports`` overrides some of the ports the stack last used (or the defaults);
         ``pg_version`` the PostgreSQL major it was made with (default: the first found);
         ``broker_settings`` are added to the broker's (compose/kafka.py), for this object's
-        starts only."""
+        starts only; ``throwaway_ports``: the ports are any free ones (isolated_stack's), so
+        an app's metrics port taken meanwhile is replaced, not refused."""
         self.root = root.resolve()
+        self.throwaway_ports = throwaway_ports
         self.broker_settings = broker_settings or {}
         self.state_file = self.root / "stack.json"
         self.env_file = self.root / "env"
@@ -355,7 +358,15 @@ class Stack:
             name, (f"{name}_metrics",) if name in self.APPS else (name,))
         for pn in port_name:
             port = getattr(self.ports, pn)
-            if not port_is_free(port):
+            if port_is_free(port):
+                continue
+            if self.throwaway_ports and pn.endswith("metrics"):
+                # Found free when the stack was made, taken since (another process's connection
+                # on a busy machine): only its app refers to it, so another will do. The
+                # others are in the running parts' settings (the broker's in the registry's).
+                self.ports = replace(self.ports, **{pn: free_port()})
+                self._save_state()
+            else:
                 raise BottlerError(
                     f"port {port} ({pn}) is already in use on 127.0.0.1",
                     f"stop what holds it, or choose another with --{pn.replace('_', '-')}-port "
@@ -412,7 +423,8 @@ def isolated_stack(pg_version: str | None = None,
     """A throwaway stack on free ports in a temporary directory, removed afterwards: it never
     collides with a running `make up` (tests and benchmarks use it)."""
     base = new_stack_dir()
-    stack = Stack(base / "stack", free_ports(), pg_version, broker_settings)
+    stack = Stack(base / "stack", free_ports(), pg_version, broker_settings,
+                  throwaway_ports=True)
     try:
         stack.up()
         yield stack

@@ -88,6 +88,25 @@ def test_a_taken_port_is_named(root):
     assert "Traceback" not in result.stderr
 
 
+def test_a_throwaway_stacks_metrics_port_taken_since_is_replaced(root):
+    """isolated_stack's ports are any free ones: an app's metrics port another process took
+    since they were chosen is replaced by another (seen on a busy machine), where a stack's
+    own port is refused and named (above)."""
+    ports = free_ports()
+    (root / "mine").mkdir(parents=True)
+    (root / "any").mkdir()
+    mine = Stack(root / "mine", ports)
+    throwaway = Stack(root / "any", ports, throwaway_ports=True)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", ports["load_metrics"]))
+        holder.listen()
+        with pytest.raises(BottlerError, match=rf"port {ports['load_metrics']} \(load_metrics\)"):
+            mine._check_port("load")
+        throwaway._check_port("load")
+    assert throwaway.metrics_port("load") != ports["load_metrics"]
+    assert Stack(root / "any").metrics_port("load") == throwaway.metrics_port("load")  # saved
+
+
 def test_corrupt_state_file_gives_a_clear_error(root):
     root.mkdir(parents=True)
     (root / "stack.json").write_text("{not json")
