@@ -99,9 +99,11 @@ class Service:
             wait_until(lambda: failed_at_start() or self.ready(), self.start_timeout,
                        self.name, self.log)
         except BottlerError:  # not ready in time: nothing is left running
+            # read before the stop, whose shutdown lines would bury why it was not ready
+            failure = self._failure(f"did not become ready within {self.start_timeout:.0f}s",
+                                    logged)
             self.stop()
-            raise self._failure(f"did not become ready within {self.start_timeout:.0f}s",
-                                logged) from None
+            raise failure from None
         if ended := failed_at_start():
             self.stop()
             raise self._failure(f"exited at start ({ended})", logged)

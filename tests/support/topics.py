@@ -170,6 +170,6 @@ def copied(stack, topic: str) -> int:
     try:
         if topic not in consumer.list_topics(timeout=10).topics:
             return 0
-        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+        return _high_watermark(consumer, TopicPartition(topic, 0))[1]
     finally:
         consumer.close()
