@@ -56,3 +56,18 @@ def test_one_capture_per_directory_and_a_killed_ones_files_are_removed(tmp_path)
         assert not any(directory.iterdir())  # what the killed run staged is streamed again
     finally:
         second.close()
+
+
+def test_messages_across_and_beyond_the_read_size_come_back_whole(tmp_path):
+    """The replay reads a megabyte at a time: records cut by a read's end, and a message larger
+    than a read, come back as they were staged."""
+    spool = Spool(tmp_path / "spool")
+    try:
+        sizes = [100] * 20_000 + [3_000_000] + [70_000] * 40 + [5]
+        messages = [(lsn, change(b"I", TOP, os.urandom(size)))
+                    for lsn, size in enumerate(sizes, 1)]
+        for lsn, data in messages:
+            spool.append(TOP, TOP, lsn, data)
+        assert list(spool.commit(TOP)) == messages
+    finally:
+        spool.close()

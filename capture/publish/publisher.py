@@ -47,6 +47,7 @@ class Publisher:
         self._producer = Producer(client_config(bootstrap, **config, **untracked,
                                                 error_cb=self._client_error))
         self._transactions: KafkaTransactions | None = None  # see transactional()
+        self._atomic = False  # inside atomically()
         # A message at most this large shares its batch with others, which together stay under
         # the batch size (and so under the topics' limit, see producer_config): only a larger
         # one can be refused for its size, so only for those is the row's text kept until Kafka
@@ -61,10 +62,14 @@ class Publisher:
     def send(self, topic: str, key: bytes | None, value: bytes | None,
              batch: Batch | None = None, headers: list[tuple[str, bytes]] | None = None,
              row: Row | None = None) -> None:
-        if batch is not None:
+        # Inside a Kafka transaction its commit acknowledges every message at once (it fails if
+        # one failed, and its batch is sealed only after it), and the producer refuses a message
+        # too large before sending it: no delivery to count, no callback per message.
+        counted = batch is not None and not self._atomic
+        if counted:
             batch.pending += 1
-        delivered = batch.delivered if batch is not None else None
-        if row is not None:  # rare: kept until acknowledged, for a refusal's dead letter
+        delivered = batch.delivered if counted else None
+        if row is not None and not self._atomic:  # rare: kept for a refusal's dead letter
             delivered = _RowDelivery(batch, row, self.tracker.failures).delivered
         while True:
             try:
@@ -77,7 +82,7 @@ class Publisher:
             except BufferError:
                 self._producer.poll(0.05)  # the local queue is full: let deliveries drain
             except KafkaException as exc:
-                if batch is not None:
+                if counted:
                     batch.pending -= 1
                 if exc.args[0].code() == KafkaError._FATAL:
                     self._serve(self._producer.poll, 0)  # the error callback names the cause
@@ -102,14 +107,16 @@ class Publisher:
         self.flush()
         transactions.begin()
         ordinary, self._producer = self._producer, transactions.producer
+        self._atomic = True
         try:
             yield
-            transactions.commit()  # flushes first: every delivery callback has run after it
+            transactions.commit()  # flushes first, and fails if any message failed
         except BaseException:
             transactions.abort()
             raise
         finally:
             self._producer = ordinary
+            self._atomic = False
 
     def close(self) -> None:
         """Release the producers, everything sent acknowledged (after :meth:`flush`, as a

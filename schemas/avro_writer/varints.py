@@ -42,15 +42,9 @@ def _long(n: Any) -> bytes:
         return _CONT[z & 0x3FFF] + _LAST[z >> 14]
     if z < 0x40000000000:
         return _CONT[z & 0x3FFF] + _CONT[(z >> 14) & 0x3FFF] + _LAST[z >> 28]
-    if z < 0x100000000000000:
-        return b"".join(
-            (
-                _CONT[z & 0x3FFF],
-                _CONT[(z >> 14) & 0x3FFF],
-                _CONT[(z >> 28) & 0x3FFF],
-                _LAST[z >> 42],
-            )
-        )
+    if z < 0x100000000000000:  # today's timestamps in microseconds: concatenated, not joined
+        return _CONT[z & 0x3FFF] + _CONT[(z >> 14) & 0x3FFF] + _CONT[(z >> 28) & 0x3FFF] + \
+            _LAST[z >> 42]
     if z >> 64:
         raise AvroValueError(f"{n} is out of range for Avro long (64-bit)")
     parts = [_CONT[(z >> shift) & 0x3FFF] for shift in (0, 14, 28, 42)]
@@ -72,6 +66,9 @@ def _int(n: Any) -> bytes:
         n = _as_int(n, "int")
     if not _INT_MIN <= n <= _INT_MAX:
         raise AvroValueError(f"{n} is out of range for Avro int (32-bit)")
+    z = n << 1 if n >= 0 else ~n << 1 | 1
+    if z < 0x10000000:  # _long's first case, without the call
+        return _LAST[z] if z < 0x4000 else _CONT[z & 0x3FFF] + _LAST[z >> 14]
     return _long(n)
 
 

@@ -22,25 +22,55 @@ class TopicWatch:
         self.topics = (topic, *more)
         self._consumer = Consumer({"bootstrap.servers": bootstrap, "log_level": 4,
                                    "group.id": f"bench-{uuid.uuid4().hex[:8]}"})
+        # a topic's partitions, once it exists: asked for on every poll, the metadata cost the
+        # broker a fifth of a core at the 50 polls a second of a measurement
+        self._partitions: dict[str, list[TopicPartition]] = {}
 
     def end(self) -> int:
         """Messages in the topics (the sum of their partitions' high watermarks), 0 for one
         not made yet."""
         return sum(self._end(topic) for topic in self.topics)
 
+    def reached(self, expected: int, timeout: float, check: Callable[[], object] = lambda: None,
+                ) -> float:
+        """The monotonic time the topics first held ``expected`` messages. Polled often only
+        near the end: each poll costs the broker a request, and 50 a second took a tenth of a
+        core from what was measured. ``check`` runs between polls (raises to give up)."""
+        start = time.monotonic()
+        before, before_at = None, start
+        end, at = self.end(), time.monotonic()
+        while end < expected:
+            if at - start > timeout:
+                raise RuntimeError(f"{self.topic} holds {end:,} of {expected:,} messages after "
+                                   f"{timeout:.0f} s")
+            check()
+            rate = 0.0 if before is None else (end - before) / (at - before_at)
+            rest = (expected - end) / rate if rate > 0 else 0.5  # seconds, at the last rate
+            time.sleep(min(0.25, max(0.02, rest / 5)))
+            before, before_at = end, at
+            end, at = self.end(), time.monotonic()
+        return at
+
+    def forget(self) -> None:
+        """The topics were deleted (and may be made again, with other partitions)."""
+        self._partitions.clear()
+
     def _end(self, topic: str) -> int:
-        meta = self._consumer.list_topics(topic, timeout=10).topics[topic]
-        if meta.error is not None:
-            return 0
+        partitions = self._partitions.get(topic)
+        if partitions is None:
+            meta = self._consumer.list_topics(topic, timeout=10).topics[topic]
+            if meta.error is not None:
+                return 0
+            partitions = [TopicPartition(topic, p) for p in meta.partitions]
         try:
-            return sum(
-                self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in meta.partitions
-            )
+            end = sum(self._consumer.get_watermark_offsets(tp, timeout=10)[1]
+                      for tp in partitions)
         except KafkaException as exc:
             if exc.args[0].code() not in NO_LEADER_YET:
                 raise
             return 0  # a topic just made, its partitions' leader not elected yet
+        self._partitions[topic] = partitions
+        return end
 
     def close(self) -> None:
         self._consumer.close()

@@ -57,6 +57,7 @@ class StreamBench:
         (the topic exists again, the table's codec is built)."""
         self.capture.stop()
         delete_topics(self.bootstrap, self.topic)
+        self.watch.forget()
         self.capture.start()
         self.capture.wait_line(STREAMING)
         data.fill(self.dsn, self.table, self.next_id, 1)
@@ -115,13 +116,8 @@ class StreamBench:
 
     def _in_kafka(self, expected: int, meter: CpuMeter) -> tuple[float, str]:
         """When the topic held ``expected`` messages, and the CPU used until then."""
-        deadline = time.monotonic() + TIMEOUT
-        while time.monotonic() < deadline:
-            if self.watch.end() >= expected:
-                return time.monotonic(), meter.note()
-            self.capture.check_alive()
-            time.sleep(0.02)
-        raise RuntimeError(f"{self.topic} lacks rows after {TIMEOUT} s")
+        at = self.watch.reached(expected, TIMEOUT, self.capture.check_alive)
+        return at, meter.note()
 
     def _confirmed(self, end_lsn: int) -> float | None:
         """When the slot's confirmed_flush_lsn reached ``end_lsn``; None if not within
