@@ -22,8 +22,7 @@ class TopicWatch:
         self.topics = (topic, *more)
         self._consumer = Consumer({"bootstrap.servers": bootstrap, "log_level": 4,
                                    "group.id": f"bench-{uuid.uuid4().hex[:8]}"})
-        # a topic's partitions, once it exists: asked for on every poll, the metadata cost the
-        # broker a fifth of a core at the 50 polls a second of a measurement
+        # a topic's partitions, once it exists: not asked for again on every poll
         self._partitions: dict[str, list[TopicPartition]] = {}
 
     def end(self) -> int:
@@ -34,8 +33,9 @@ class TopicWatch:
     def reached(self, expected: int, timeout: float, check: Callable[[], object] = lambda: None,
                 ) -> float:
         """The monotonic time the topics first held ``expected`` messages. Polled often only
-        near the end: each poll costs the broker a request, and 50 a second took a tenth of a
-        core from what was measured. ``check`` runs between polls (raises to give up)."""
+        near the end: each poll costs the broker requests, and 50 polls a second took a fifth of
+        a core from what was measured (docs/benchmarks.md). ``check`` runs between polls
+        (raises to give up)."""
         start = time.monotonic()
         before, before_at = None, start
         end, at = self.end(), time.monotonic()
