@@ -37,18 +37,18 @@ class TopicWatch:
         a core from what was measured (docs/benchmarks.md). ``check`` runs between polls
         (raises to give up)."""
         start = time.monotonic()
-        before, before_at = None, start
         end, at = self.end(), time.monotonic()
+        rate = 0.0  # messages a second between the last two polls
         while end < expected:
             if at - start > timeout:
                 raise RuntimeError(f"{self.topic} holds {end:,} of {expected:,} messages after "
                                    f"{timeout:.0f} s")
             check()
-            rate = 0.0 if before is None else (end - before) / (at - before_at)
             rest = (expected - end) / rate if rate > 0 else 0.5  # seconds, at the last rate
             time.sleep(min(0.25, max(0.02, rest / 5)))
             before, before_at = end, at
             end, at = self.end(), time.monotonic()
+            rate = (end - before) / (at - before_at)
         return at
 
     def forget(self) -> None:

@@ -13,7 +13,6 @@ table, or the demo shop's four tables (tests/bench/peers_shop.py):
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,13 +152,7 @@ def timed(proc: CaptureProcess, bootstrap: str, topics: list[str], expected: int
     try:
         meter = CpuMeter(roots).start()
         proc.start()
-        deadline = time.monotonic() + TIMEOUT
-        while watch.end() < expected:
-            proc.check_alive()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{', '.join(topics)} lack messages after {TIMEOUT} s")
-            time.sleep(0.02)
-        done = time.monotonic()
+        done = watch.reached(expected, TIMEOUT, proc.check_alive)
         if done_line:
             done = max(done, proc.wait_line(done_line, timeout=TIMEOUT)[0])
         cpu = cpu_seconds(proc.pid)

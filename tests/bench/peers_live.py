@@ -103,11 +103,7 @@ def _live(dsn: str, table: str, tool: Tool, watch: TopicWatch, first: int, rows:
     meter = CpuMeter(roots).start()
     committed, _ = data.fill(dsn, table, first, rows, -(-rows // LIVE_BATCH))
 
-    def arrived() -> bool:
-        tool.proc.check_alive()
-        return watch.end() >= before + rows
-
-    done = wait_until(arrived, TIMEOUT, f"{rows:,} live rows in {tool.topic}")
+    done = watch.reached(before + rows, TIMEOUT, tool.proc.check_alive)
     cpu = cpu_seconds(tool.proc.pid) - cpu0
     took = done - committed
     return Run(took, rows, cpu, notes=[
