@@ -50,10 +50,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, KafkaException
 
 from common.errors import BottlerError
-from common.kafka import Connection, reader_config
+from common.kafka import Connection, broker_away, reader_config
 from common.registry_client import Registry
 from materializers.core import metrics, poison, positions, watermarks
 from materializers.core.changes import Change, TopicPartition
@@ -235,8 +235,8 @@ class WarehouseJob:
         ``foreachBatch`` runs :meth:`batch` up to each batch's end offsets."""
         partitions = self._partitions()
         # the broker restarting, or the capture's topic ownership not read to the end yet
-        while self._watermarks(partitions) is None or (self._owned is not None
-                                                       and not self._owned.complete):
+        while (partitions is None or self._watermarks(partitions) is None
+               or (self._owned is not None and not self._owned.complete)):
             if (stop or threading.Event()).wait(1.0):
                 return BatchResult()
             partitions = self._partitions()
@@ -312,10 +312,12 @@ class WarehouseJob:
         watermarks, at most ``max_messages`` offsets per partition)."""
         started = time.monotonic()
         partitions = self._partitions()
+        if partitions is None:  # the broker restarting: nothing new this time
+            return BatchResult(offsets=dict(self._positions), unknown=True)
         self._known(partitions)
         start = {tp: self._positions[tp] for tp in partitions}
         marks = self._watermarks(partitions)
-        if marks is None:  # the broker restarting: nothing new this time
+        if marks is None:  # as above
             return BatchResult(offsets=start, unknown=True)
         high = {tp: h for tp, (_, h) in marks.items()}
         for tp in positions.replayed(self.name, positions.lost_ends(start, high), start,
@@ -382,8 +384,16 @@ class WarehouseJob:
                      ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(offsets.items())))
         return result
 
-    def _partitions(self) -> list[TopicPartition]:
-        return discover(self._consumer, self._is_table_topic, self.truncate_topic)
+    def _partitions(self) -> list[TopicPartition] | None:
+        """The partitions to read; None while the broker cannot list its topics (restarting:
+        a pause, as for its watermarks)."""
+        try:
+            return discover(self._consumer, self._is_table_topic, self.truncate_topic)
+        except KafkaException as exc:
+            if not broker_away(exc.args[0]):
+                raise
+            log.warning("%s: topics unknown for now: %s", self.name, exc.args[0].str())
+            return None
 
     def _known(self, partitions: list[TopicPartition]) -> None:
         new = [tp for tp in partitions if tp not in self._positions]
