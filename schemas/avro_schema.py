@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from schemas.avro_writer import compile_row_writer
 from schemas.pgtypes import (
     Codec,
     Column,
@@ -28,6 +29,7 @@ __all__ = [
     "field_names",
     "record_schemas",
     "row_encoder",
+    "row_writer",
     "sanitize_name",
     "without_logical_types",
 ]
@@ -199,6 +201,19 @@ def row_encoder(columns: Sequence[Column], key_columns: Sequence[str] | None = N
     namespace["_diagnose"] = diagnose
     exec("\n".join(lines), namespace)  # noqa: S102 - names are sanitised, values are bound
     return namespace["encode"]
+
+
+def row_writer(columns: Sequence[Column], schema: dict, key_columns: Sequence[str] | None = None,
+               prefix: bytes = b"") -> Callable[[Sequence[str | None]], bytes]:
+    """The bytes of a row's texts (as for :func:`row_encoder`) with ``schema``, its value or,
+    with ``key_columns``, its key schema from :func:`record_schemas`, preceded by ``prefix``:
+    what the writer of ``schema`` makes of :func:`row_encoder`'s dict, without the dict. Its
+    errors are plain; the dict's way names the column (the caller goes that way on failure)."""
+    codecs = [codec_for(c) for c in columns]
+    positions = (_positions(columns, key_columns) if key_columns is not None
+                 else range(len(columns)))
+    return compile_row_writer(schema, [(i, codecs[i].parse) for i in positions], len(columns),
+                              prefix)
 
 
 def without_logical_types(schema: Any, keep: Iterable[str] = ("decimal",)) -> Any:

@@ -18,11 +18,16 @@ MAGIC = 0
 _HEADER = struct.Struct(">bI")
 
 
+def header(schema_id: int) -> bytes:
+    """What precedes the Avro body of a message written with ``schema_id``."""
+    return _HEADER.pack(MAGIC, schema_id)
+
+
 class AvroEncoder:
     def __init__(self, schema_id: int, schema: dict | str):
         self.schema_id = schema_id
         # encode(record) -> bytes is the compiled function itself: no call in between
-        self.encode = compile_writer(schema, prefix=_HEADER.pack(MAGIC, schema_id))
+        self.encode = compile_writer(schema, prefix=header(schema_id))
 
 
 def split(message: bytes) -> tuple[int, memoryview]:

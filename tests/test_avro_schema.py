@@ -15,9 +15,11 @@ from schemas.avro_schema import (
     field_names,
     record_schemas,
     row_encoder,
+    row_writer,
     sanitize_name,
     without_logical_types,
 )
+from schemas.avro_writer import compile_writer
 from schemas.pgtypes import Column, PgType, TypeConversionError
 
 
@@ -307,6 +309,34 @@ def test_encoders_of_odd_shapes():
     assert row_encoder([])([]) == {}
     assert row_encoder([col("only", INT4)])(("3",)) == {"only": 3}
     assert row_encoder([col("t", TEXT)])([None]) == {"t": None}
+
+
+def test_a_row_writer_writes_what_the_record_writer_writes_of_the_encoders_dict():
+    """The capture's path (texts straight to bytes) against the dict's (row_encoder, then the
+    schema's writer): the same bytes for the key and the value, NULLs, specials and odd shapes
+    included; where the dict's way raises, so does the row writer."""
+    columns = _table()
+    key, value = record_schemas("public", "orders", columns, ["id"])
+    rows = [["7", "12.30", "x", "P1D", "PT-1S", "{P1M,NULL}", "[1,5)", "{[1,2),[3,4)}",
+             '"a"=>"1", "b"=>NULL'],
+            ["8"] + [None] * (len(columns) - 1),
+            ("9", "NaN", "ü" * 9000) + (None,) * (len(columns) - 3)]
+    prefix = b"\x00\x00\x00\x00\x07"
+    for schema, keys in ((value, None), (key, ["id"])):
+        fast = row_writer(columns, schema, keys, prefix)
+        slow = compile_writer(schema, prefix)
+        encode = row_encoder(columns, keys)
+        for row in rows:
+            assert fast(row) == slow(encode(row)), row
+        null_key = [[None] * len(columns)] if keys else []  # a value's fields all take null
+        for bad in [["x"] + [None] * (len(columns) - 1), ["1"], *null_key]:
+            with pytest.raises((ValueError, TypeError)):
+                encode(bad)
+            with pytest.raises(Exception):  # noqa: B017, PT011 - plain: the caller goes the dict's way
+                fast(bad)
+    only = [col("only", INT4)]
+    assert row_writer(only, record_schemas("s", "t", only, [])[1])(("3",)) == b"\x02\x06"
+    assert row_writer([], record_schemas("s", "t", [], [])[1])(()) == b""
 
 
 def test_without_logical_types_reads_values_datetime_cannot_hold():

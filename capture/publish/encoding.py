@@ -13,9 +13,9 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from schemas.avro_schema import record_schemas, row_encoder
+from schemas.avro_schema import record_schemas, row_encoder, row_writer
 from schemas.pgtypes import Column, TypeConversionError
-from schemas.serde import AvroEncoder
+from schemas.serde import AvroEncoder, header
 
 if TYPE_CHECKING:
     from capture.publish.registrar import Registrar
@@ -75,23 +75,37 @@ class TableCodec:
         self.keyed = bool(spec.key_columns)
         self._value_record = row_encoder(spec.columns)
         self._key_record = row_encoder(spec.columns, spec.key_columns) if self.keyed else None
+        self._write_key = self._write_value = None  # texts to bytes, no dict between
         if spec.fmt == "avro":
             self._encode_value = AvroEncoder(spec.value_id, spec.value_schema).encode
-            self._encode_key = (
-                AvroEncoder(spec.key_id, spec.key_schema).encode if self.keyed else None
-            )
+            self._write_value = row_writer(spec.columns, spec.value_schema,
+                                           prefix=header(spec.value_id))
+            if self.keyed:
+                self._encode_key = AvroEncoder(spec.key_id, spec.key_schema).encode
+                self._write_key = row_writer(spec.columns, spec.key_schema, spec.key_columns,
+                                             header(spec.key_id))
         else:
             self._encode_value = self._encode_key = encode_json
 
     def key(self, values) -> bytes | None:
         if not self.keyed:
             return None
+        if self._write_key is not None:
+            try:
+                return self._write_key(values)
+            except Exception:  # noqa: BLE001, S110 - the dict's way below says what is wrong
+                pass
         try:
             return self._encode_key(self._key_record(values))
         except (TypeConversionError, ValueError, TypeError) as exc:
             raise Unencodable(f"{self.qualified}: cannot encode the key: {exc}") from None
 
     def value(self, values) -> bytes:
+        if self._write_value is not None:
+            try:
+                return self._write_value(values)
+            except Exception:  # noqa: BLE001, S110 - as for the key
+                pass
         try:
             return self._encode_value(self._value_record(values))
         except (TypeConversionError, ValueError, TypeError) as exc:

@@ -34,12 +34,13 @@ The package's rooms: :mod:`.compiler` generates the code (:mod:`.unions` its uni
 shared between its modules and bound into the generated code's namespace under those names.
 """
 
-from schemas.avro_writer.compiler import Writer, compile_writer
+from schemas.avro_writer.compiler import Writer, compile_row_writer, compile_writer
 from schemas.avro_writer.errors import AvroTypeError, AvroValueError
 
 __all__ = [
     "AvroTypeError",
     "AvroValueError",
     "Writer",
+    "compile_row_writer",
     "compile_writer",
 ]

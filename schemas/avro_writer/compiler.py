@@ -356,14 +356,55 @@ def compile_writer(schema: dict | str | list, prefix: bytes = b"") -> Writer:
         f"        raise _wrap(e, None, d, {desc})",
         "    return b''.join(p)",
     ]
+    write = _load(comp, lines, _describe(parsed))
+    write.__doc__ = f"Avro binary encoding of a datum with {_describe(parsed)}."
+    return write
+
+
+def compile_row_writer(schema: dict | str, fields: list[tuple[int, Callable[[str], Any]]],
+                       width: int, prefix: bytes = b"") -> Writer:
+    """A function ``write(row) -> bytes`` for a tuple of ``width`` texts (``str``, or None for
+    NULL): the encoding with the record ``schema`` whose k-th field holds
+    ``fields[k][1](row[fields[k][0]])`` (a parser of ``str`` is the text itself), preceded by
+    ``prefix``. The same bytes as :func:`compile_writer`'s writer given that record as a dict,
+    without the dict: the row goes from its texts to its bytes in one function.
+
+    Any exception is plain, from wherever the row failed (a parser, a NULL where the schema has
+    no null): the caller that wants an error naming the column takes the dict's way then."""
+    if isinstance(schema, str):
+        schema = json.loads(schema)
+    named: dict[str, dict] = {}
+    parsed = fastavro.parse_schema(schema, named, _write_hint=False, _force=True)
+    if len(parsed["fields"]) != len(fields):
+        raise ValueError(f"{len(fields)} values for the {len(parsed['fields'])} fields of "
+                         f"{_describe(parsed)}")
+    comp = _Compiler(named)
+    texts = [f"t{i}" for i in range(width)]
+    lines = ["def write(r):", f"    ({', '.join(texts)},) = r" if width else "    () = r",
+             f"    p = [{bytes(prefix)!r}]", "    a = p.append"]
+    for field, (position, parse) in zip(parsed["fields"], fields, strict=True):
+        var, ftype = texts[position], field["type"]
+        if parse is not str:
+            lines.append(f"    if {var} is not None: {var} = {comp.const(parse, 'parse')}({var})")
+        if ftype in ("float", "double"):
+            lines.append(f"    {var} = _float({var})")  # as record_body does
+        comp.emit(ftype, var, lines, "    ")
+    lines.append("    return b''.join(p)")
+    write = _load(comp, lines, f"row of {_describe(parsed)}")
+    write.__doc__ = f"Avro binary encoding of a row's texts with {_describe(parsed)}."
+    return write
+
+
+def _load(comp: _Compiler, lines: list[str], what: str) -> Writer:
+    """The ``write`` function of ``lines`` (after the compiler's other functions), its source in
+    ``write.source`` and in tracebacks."""
     comp.source.append("\n".join(lines))
     source = "\n\n".join(comp.source) + "\n"
     # Only generated identifiers and repr() literals appear in the source; schema values
     # (defaults, tables, functions) are bound through the namespace.
-    filename = f"<avro writer {next(_compiled)}: {_describe(parsed)[:60]}>"
+    filename = f"<avro writer {next(_compiled)}: {what[:60]}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks
     exec(compile(source, filename, "exec"), comp.ns)  # noqa: S102
     write = comp.ns["write"]
-    write.__doc__ = f"Avro binary encoding of a datum with {_describe(parsed)}."
     write.source = source  # type: ignore[attr-defined] - for debugging and tests
     return write
