@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from typing import Any
 
 from schemas.pgtypes.avro import (
@@ -126,7 +126,6 @@ def _time_micros(text: str, start: int, with_tz: bool) -> int:
 
 _EPOCH = datetime(1970, 1, 1)
 _EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
-_ONE_MICRO = timedelta(microseconds=1)
 EPOCH_ORDINAL = 719163  # date(1970, 1, 1).toordinal()
 
 
@@ -155,12 +154,15 @@ def timestamp_parser(with_tz: bool) -> Callable[[str], int]:
 
     def parse(text: str) -> int:
         try:
-            return (fromiso(text) - epoch) // _ONE_MICRO
+            since = fromiso(text) - epoch
         except ValueError:
             return general(text)
         except TypeError:  # an offset where none belongs, or none where one should be
             reason = "missing time zone" if with_tz else "unexpected time zone"
             raise ValueError(reason) from None
+        # a third cheaper than dividing the timedelta by a microsecond's (measured: 0.44 µs
+        # against 0.68 µs a value); the same integer
+        return (since.days * 86400 + since.seconds) * 1_000_000 + since.microseconds
 
     return parse
 
