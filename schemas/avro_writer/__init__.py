@@ -24,6 +24,10 @@ place). The other way round, data that fastavro's union validation would refuse 
 branch chosen by class (a bool item in an array of ints, a ``"-type"`` naming another record)
 is written as the branch's plain writer writes it, as fastavro does outside unions.
 
+:func:`compile_row_writer` is the same for a record whose fields come from a tuple of texts
+through a parser each (a table's row as PostgreSQL sends it): the capture's path, with no dict
+between the row and its bytes.
+
 Errors are :class:`AvroValueError` / :class:`AvroTypeError` (subclasses of ``ValueError`` /
 ``TypeError``) whose message names the field path, e.g. ``field 'pauses[2].days': ...``.
 
