@@ -61,12 +61,12 @@ TABLES: dict[str, tuple[str, list[tuple[str, ...]]]] = {
 
 
 def _all_rows(stack, topic: str, count: int):
-    """The topic's messages once it holds ``count``, else None (it may not exist yet)."""
+    """The topic's messages once it holds ``count`` keys, else None (it may not exist yet)."""
     try:
         messages = read_topic(stack.kafka, topic)
     except KeyError:
         return None
-    return messages if len(messages) >= count else None
+    return messages if len({m.key() for m in messages}) >= count else None
 
 
 def _columns(table: str) -> list[str]:
@@ -96,8 +96,15 @@ def test_every_unusual_value_is_published_decoded_and_replicated(stack, source, 
                             f"every row of {table}")
         decoded = [deserialize(m.value(), SerializationContext(topic, MessageField.VALUE))
                    for m in messages]
-        assert sorted(d["id"] for d in decoded) == list(range(len(values)))
         assert all(isinstance(d, dict) for d in decoded)
+        # A row may come twice, never differently: the table joins the capture's publication
+        # seconds after it was made and its joining snapshot copies the rows; a stream running
+        # behind (a busy machine) decodes the inserts after the join, and pgoutput sends them too.
+        by_id: dict[int, list[dict]] = {}
+        for d in decoded:
+            by_id.setdefault(d["id"], []).append(d)
+        assert sorted(by_id) == list(range(len(values)))
+        assert all(all(d == copies[0] for d in copies) for copies in by_id.values()), table
     # the plain mode: ints where Python's datetime ends
     temporal = {d["id"]: d for d in (
         deserialize(m.value(), SerializationContext(f"{prefix}.temporal", MessageField.VALUE))
