@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import decimal
+import itertools
 import json
 import logging
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from capture.publish.registrar import Registrar
 
 log = logging.getLogger(__name__)
+_serials = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ class Unencodable(ValueError):
 class TableCodec:
     def __init__(self, spec: CodecSpec):
         self.spec = spec
+        self.serial = next(_serials)  # which codec this is, for a process that keeps copies
         self.topic = spec.topic
         self.qualified = f"{spec.schema}.{spec.table}"
         self.keyed = bool(spec.key_columns)
