@@ -144,17 +144,19 @@ def _positions(columns: Sequence[Column], wanted: Iterable[str]) -> list[int]:
     return [index[n] for n in wanted]
 
 
-def row_encoder(columns: Sequence[Column], key_columns: Sequence[str] | None = None) -> RowEncoder:
+def row_encoder(columns: Sequence[Column], key_columns: Sequence[str] | None = None, *,
+                codecs: Sequence[Codec] | None = None) -> RowEncoder:
     """A function turning one row's texts (``str | None`` for every column, in column order)
     into the dict fastavro writes with the value schema of :func:`record_schemas`, or, with
     ``key_columns``, with its key schema (the input is still the whole row; other columns are
     ignored and may be None; a NULL key column raises :class:`TypeConversionError`).
 
     Build it once per table version and reuse it: it is a generated function that calls each
-    column's converter directly, skipping text columns.
+    column's converter directly, skipping text columns. ``codecs``: the columns'
+    :func:`codec_for`, when the caller builds several encoders or writers of them.
     """
     names = field_names(columns)
-    codecs = [codec_for(c) for c in columns]
+    codecs = _codecs(columns, codecs)
     ncols = len(columns)
     is_key = key_columns is not None
     positions = _positions(columns, key_columns) if is_key else list(range(ncols))
@@ -204,16 +206,22 @@ def row_encoder(columns: Sequence[Column], key_columns: Sequence[str] | None = N
 
 
 def row_writer(columns: Sequence[Column], schema: dict, key_columns: Sequence[str] | None = None,
-               prefix: bytes = b"") -> Callable[[Sequence[str | None]], bytes]:
+               prefix: bytes = b"", *, codecs: Sequence[Codec] | None = None,
+               ) -> Callable[[Sequence[str | None]], bytes]:
     """The bytes of a row's texts (as for :func:`row_encoder`) with ``schema``, its value or,
     with ``key_columns``, its key schema from :func:`record_schemas`, preceded by ``prefix``:
     what the writer of ``schema`` makes of :func:`row_encoder`'s dict, without the dict. Its
-    errors are plain; the dict's way names the column (the caller goes that way on failure)."""
-    codecs = [codec_for(c) for c in columns]
+    errors are plain; the dict's way names the column (the caller goes that way on failure).
+    ``codecs``: as for :func:`row_encoder`."""
+    codecs = _codecs(columns, codecs)
     positions = (_positions(columns, key_columns) if key_columns is not None
                  else range(len(columns)))
     return compile_row_writer(schema, [(i, codecs[i].parse) for i in positions], len(columns),
                               prefix)
+
+
+def _codecs(columns: Sequence[Column], codecs: Sequence[Codec] | None) -> Sequence[Codec]:
+    return [codec_for(c) for c in columns] if codecs is None else codecs
 
 
 def without_logical_types(schema: Any, keep: Iterable[str] = ("decimal",)) -> Any:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from schemas.avro_schema import record_schemas, row_encoder, row_writer
-from schemas.pgtypes import Column, TypeConversionError
+from schemas.pgtypes import Column, TypeConversionError, codec_for
 from schemas.serde import AvroEncoder, header
 
 if TYPE_CHECKING:
@@ -76,17 +76,19 @@ class TableCodec:
         self.topic = spec.topic
         self.qualified = f"{spec.schema}.{spec.table}"
         self.keyed = bool(spec.key_columns)
-        self._value_record = row_encoder(spec.columns)
-        self._key_record = row_encoder(spec.columns, spec.key_columns) if self.keyed else None
+        codecs = [codec_for(c) for c in spec.columns]  # once for the encoders and writers
+        self._value_record = row_encoder(spec.columns, codecs=codecs)
+        self._key_record = (row_encoder(spec.columns, spec.key_columns, codecs=codecs)
+                            if self.keyed else None)
         self._write_key = self._write_value = None  # texts to bytes, no dict between
         if spec.fmt == "avro":
             self._encode_value = AvroEncoder(spec.value_id, spec.value_schema).encode
             self._write_value = row_writer(spec.columns, spec.value_schema,
-                                           prefix=header(spec.value_id))
+                                           prefix=header(spec.value_id), codecs=codecs)
             if self.keyed:
                 self._encode_key = AvroEncoder(spec.key_id, spec.key_schema).encode
                 self._write_key = row_writer(spec.columns, spec.key_schema, spec.key_columns,
-                                             header(spec.key_id))
+                                             header(spec.key_id), codecs=codecs)
         else:
             self._encode_value = self._encode_key = encode_json
 
