@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psycopg
@@ -17,10 +18,12 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bottler.migrate import postdata
+from bottler.migrate import verify as verify_module
 from bottler.migrate.status import status
 from bottler.migrate.verify import DIFFERENT, EXTRA, MISSING, verify
 from schemas.topics import table_topic
 from tests.support.databases import execute, fresh_database, rows
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.stack, pytest.mark.pg_matrix]  # 15 and 18
 
@@ -183,6 +186,62 @@ def test_errors_exit_2_without_password(stack, pair):
     done = run_cli("verify", "--source", source, "--target", source, "--tables", "nope.nothing")
     assert done.returncode == 2
     assert "nope.nothing does not exist" in done.stderr
+
+
+def test_a_table_read_aborted_by_a_deadlock_is_verified_again(pair, monkeypatch):
+    """The replica applying a DDL on the target while verify reads it: verify holds a share
+    lock on the table it read first (items), the DDL's transaction an exclusive one on the next
+    (words) and wants items too. PostgreSQL aborts verify's read (the last to join the cycle,
+    the DDL's session waiting longer to check), verify rolls back and reads words again."""
+    source, target = pair
+    ddl = psycopg.connect(target)
+    ddl.execute("set deadlock_timeout = '60s'")  # verify, not the DDL, is the one aborted
+    ddl.execute("lock table words")
+    compare, paused = verify_module._compare_table, []
+
+    def ddl_waiting_on_items() -> bool:
+        return rows(target, "select 1 from pg_locks where relation = 'items'::regclass"
+                            " and not granted") != []
+
+    def pausing(src, dst, pool, info, *args):
+        if info.name == "words" and not paused:  # once items is read: the DDL wants it
+            paused.append(True)
+            wait_for(ddl_waiting_on_items, 30, "the DDL to wait for items")
+        return compare(src, dst, pool, info, *args)
+
+    monkeypatch.setattr(verify_module, "_compare_table", pausing)
+    with ddl, ThreadPoolExecutor(1) as pool:
+        report = pool.submit(verify, source, target, tables=["items", "words"])
+        wait_for(lambda: paused, 30, "verify to read items")
+        ddl.execute("lock table items")  # granted once verify rolls back
+        ddl.commit()
+        report = report.result(60)
+    assert report.identical
+
+
+@pytest.mark.pg_single  # no database
+def test_a_deadlock_rolls_both_sides_back_and_retries(monkeypatch):
+    monkeypatch.setattr(verify_module, "DEADLOCK_BACKOFF", 0)
+    rolled_back, calls = [], []
+
+    class Conn:
+        def rollback(self):
+            rolled_back.append(self)
+
+    sides = (verify_module._Side(Conn(), "source"), verify_module._Side(Conn(), "target"))
+
+    def read(fail: int):
+        calls.append(True)
+        if len(calls) <= fail:
+            raise psycopg.errors.DeadlockDetected("deadlock detected")
+        return "read"
+
+    assert verify_module._retrying(lambda: read(1), sides) == "read"
+    assert len(calls) == 2 and rolled_back == [s.conn for s in sides]
+    calls.clear()
+    with pytest.raises(psycopg.errors.DeadlockDetected):  # the last attempt's error
+        verify_module._retrying(lambda: read(verify_module.DEADLOCK_ATTEMPTS), sides)
+    assert len(calls) == verify_module.DEADLOCK_ATTEMPTS
 
 
 @pytest.mark.pg_single  # its kind is checked on both majors by the others: the suite's time

@@ -42,6 +42,8 @@ from common.redact import redact
 
 CHUNK_ROWS = 100_000
 FETCH_ROWS = 5_000
+DEADLOCK_ATTEMPTS = 3
+DEADLOCK_BACKOFF = 0.5  # seconds, times the attempt's number
 
 MISSING = "missing in target"
 EXTRA = "extra in target"
@@ -100,7 +102,7 @@ def _ident(*names: str) -> sql.Composable:
 
 
 class _Side:
-    """One database, read in one repeatable-read snapshot."""
+    """One database, read in one repeatable-read snapshot (a new one after a deadlock)."""
 
     def __init__(self, conn: psycopg.Connection, label: str):
         self.conn = conn
@@ -124,6 +126,7 @@ def _open(dsn: str, label: str) -> psycopg.Connection:
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         conn.read_only = True
         prepare_session(conn)
+        conn.commit()  # the settings outlive a rollback (_retrying)
     except psycopg.Error as exc:
         conn.close()
         raise BottlerError(f"cannot prepare the {label} session: {redact(str(exc))}") from None
@@ -407,40 +410,60 @@ def _sequences(conn: psycopg.Connection) -> dict[str, int | None]:
     ).fetchall())
 
 
+def _retrying(read, sides: tuple[_Side, ...]):
+    """``read()``, again after a deadlock. The replica applying a DDL on the target meanwhile
+    (an AccessExclusiveLock) can deadlock with the share locks verify's transaction holds since
+    its first read: rolling back releases them, the DDL completes, and the read can succeed."""
+    for attempt in range(1, DEADLOCK_ATTEMPTS):
+        try:
+            return read()
+        except psycopg.errors.DeadlockDetected:
+            for side in sides:
+                side.conn.rollback()
+            time.sleep(DEADLOCK_BACKOFF * attempt)
+    return read()
+
+
 def _verify_table(src: _Side, dst: _Side, pool: ThreadPoolExecutor, info: TableInfo,
                   max_keys: int, chunk_rows: int) -> TableResult:
     started = time.monotonic()
-    result = TableResult(info.schema, info.name, keyed=bool(info.key))
     try:
-        target = table_info(dst.conn, info.schema, info.name)
-        if target is None:
-            result.exists_in_target = False
-            result.source_rows = src.query(sql.SQL("select count(*) from {}").format(
-                _ident(info.schema, info.name)))[0][0]
-            return result
-        _compare_schemas(info, target, result)
-        target_columns = {c.name for c in target.columns}
-        if not set(info.key) <= target_columns or not target_columns & {
-                c.name for c in info.columns}:
-            # Nothing to compare row by row: the key (or every column) is missing.
-            count = sql.SQL("select count(*) from {}").format(_ident(info.schema, info.name))
-            result.source_rows = src.query(count)[0][0]
-            result.target_rows = dst.query(count)[0][0]
-            return result
-        c_ranges = _needs_c_ranges(info, target)
-        if c_ranges:
-            result.notes.append("key collations differ between source and target: "
-                                "ranges compared in the C collation (slower)")
-        plan = _Plan(info, target, c_ranges)
-        if info.key:
-            _verify_keyed(src, dst, pool, plan, result, max_keys, chunk_rows)
-        else:
-            result.notes.append("no primary key: order-independent checksum")
-            _verify_unkeyed(src, dst, pool, plan, result, max_keys)
-        return result
+        result = _retrying(
+            lambda: _compare_table(src, dst, pool, info, max_keys, chunk_rows), (src, dst))
     except psycopg.Error as exc:
         raise BottlerError(f"verifying {info.qualified} failed: {redact(str(exc).strip())}",
                            "check that the role can read the table in both databases"
                            ) from None
-    finally:
-        result.seconds = time.monotonic() - started
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _compare_table(src: _Side, dst: _Side, pool: ThreadPoolExecutor, info: TableInfo,
+                   max_keys: int, chunk_rows: int) -> TableResult:
+    result = TableResult(info.schema, info.name, keyed=bool(info.key))
+    target = table_info(dst.conn, info.schema, info.name)
+    if target is None:
+        result.exists_in_target = False
+        result.source_rows = src.query(sql.SQL("select count(*) from {}").format(
+            _ident(info.schema, info.name)))[0][0]
+        return result
+    _compare_schemas(info, target, result)
+    target_columns = {c.name for c in target.columns}
+    if not set(info.key) <= target_columns or not target_columns & {
+            c.name for c in info.columns}:
+        # Nothing to compare row by row: the key (or every column) is missing.
+        count = sql.SQL("select count(*) from {}").format(_ident(info.schema, info.name))
+        result.source_rows = src.query(count)[0][0]
+        result.target_rows = dst.query(count)[0][0]
+        return result
+    c_ranges = _needs_c_ranges(info, target)
+    if c_ranges:
+        result.notes.append("key collations differ between source and target: "
+                            "ranges compared in the C collation (slower)")
+    plan = _Plan(info, target, c_ranges)
+    if info.key:
+        _verify_keyed(src, dst, pool, plan, result, max_keys, chunk_rows)
+    else:
+        result.notes.append("no primary key: order-independent checksum")
+        _verify_unkeyed(src, dst, pool, plan, result, max_keys)
+    return result
