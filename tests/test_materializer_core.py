@@ -94,6 +94,23 @@ def test_a_barrier_moves_only_the_partitions_not_at_it_and_discovery_lists_what_
         ("p._bottler.truncate", 0), ("p._bottler.truncate", 1), ("p.b", 0), ("p.b", 1)]
 
 
+def test_discovery_with_the_broker_away_is_none_and_any_other_failure_raises():
+    from types import SimpleNamespace
+
+    from confluent_kafka import KafkaError, KafkaException
+
+    from materializers.core.ownership import discover_or_none
+
+    def failing(code):
+        def list_topics(timeout):
+            raise KafkaException(KafkaError(code))
+        return SimpleNamespace(list_topics=list_topics)
+
+    assert discover_or_none(failing(KafkaError._TRANSPORT), bool, name="v") is None
+    with pytest.raises(KafkaException):
+        discover_or_none(failing(KafkaError.TOPIC_AUTHORIZATION_FAILED), bool, name="v")
+
+
 def test_lag_tracker_caught_up_needs_every_partition_at_its_watermark():
     tracker = LagTracker("unit")
     assert not tracker.check()  # nothing assigned is not caught up

@@ -30,18 +30,18 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message
+from confluent_kafka import Consumer, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from common import gctune
-from common.kafka import Connection, broker_away
+from common.kafka import Connection
 from common.registry_client import Registry
 from materializers.core import positions, watermarks
 from materializers.core.changes import Change, TopicPartition
 from materializers.core.clients import consumer_config
 from materializers.core.decode import ChangeReader, DecodeError, Decoder
 from materializers.core.lag import ProgressBar
-from materializers.core.ownership import OwnedTopics, discover
+from materializers.core.ownership import OwnedTopics, discover_or_none
 from materializers.core.poison import DeadLetters, PoisonMessage, PoisonPolicy
 from materializers.core.sink import Offsets, OffsetsMoved, Sink
 from materializers.core.writing import SinkWriting
@@ -203,14 +203,9 @@ class Materializer(SinkWriting):
         if now < self._next_discovery:
             return
         self._next_discovery = now + DISCOVERY_INTERVAL
-        try:
-            found = discover(self._consumer, self.is_table_topic, self.truncate_topic)
-        except KafkaException as exc:
-            if not broker_away(exc.args[0]):
-                raise
-            # a broker restarting (on a busy machine it may take longer than the listing's
-            # timeout): a pause, as for its watermarks
-            log.warning("%s: topics unknown for now: %s", self.name, exc.args[0].str())
+        found = discover_or_none(self._consumer, self.is_table_topic, self.truncate_topic,
+                                 name=self.name)
+        if found is None:  # a broker restarting: a pause, as for its watermarks
             self._next_discovery = now + 1.0
             return
         if self.owned is not None and not self.owned.complete:

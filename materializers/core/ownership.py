@@ -24,7 +24,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from common.kafka import Connection, reader_config
+from common.kafka import Connection, broker_away, reader_config
 from materializers.core.changes import TopicPartition
 from schemas import ownership
 from schemas.topics import STATE, with_prefix
@@ -47,6 +47,20 @@ def discover(client: Any, is_table_topic: Callable[[str], bool],
     return sorted((topic, p) for topic, meta in metadata.topics.items()
                   if topic == truncate_topic or is_table_topic(topic)
                   for p in meta.partitions)
+
+
+def discover_or_none(client: Any, is_table_topic: Callable[[str], bool],
+                     truncate_topic: str | None = None, *,
+                     name: str) -> list[TopicPartition] | None:
+    """:func:`discover`; None while the broker cannot list its topics (restarting, or slower
+    than the listing's timeout on a busy machine): for the caller a pause, not its end."""
+    try:
+        return discover(client, is_table_topic, truncate_topic)
+    except KafkaException as exc:
+        if not broker_away(exc.args[0]):
+            raise
+        log.warning("%s: topics unknown for now: %s", name, exc.args[0].str())
+        return None
 
 
 class OwnedTopics:

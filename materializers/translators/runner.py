@@ -44,14 +44,14 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from common.errors import BottlerError
-from common.kafka import Connection, await_topics, broker_away, client_config, denied, is_denied
+from common.kafka import Connection, await_topics, client_config, denied, is_denied
 from common.registry_client import Registry, registry_client
 from materializers.core import clients, dead_letters, watermarks
 from materializers.core import metrics as core_metrics
 from materializers.core.changes import TopicPartition
 from materializers.core.consumer import ConsumerLoop
 from materializers.core.decode import Decoder
-from materializers.core.ownership import discover
+from materializers.core.ownership import discover_or_none
 from materializers.core.poison import DeadLetters, PoisonPolicy
 from materializers.translators import metrics
 from materializers.translators.api import Translator
@@ -238,12 +238,8 @@ class TranslatorRunner(ConsumerLoop):
         None if stopped first. Asks for every topic: asking for one by name may create it."""
         next_log = time.monotonic()
         while not stop.is_set():
-            try:
-                found = discover(admin, set(self.inputs).__contains__)
-            except KafkaException as exc:
-                if not broker_away(exc.args[0]):
-                    raise
-                log.warning("%s: topics unknown for now: %s", self.group_id, exc.args[0].str())
+            found = discover_or_none(admin, set(self.inputs).__contains__, name=self.group_id)
+            if found is None:
                 stop.wait(1.0)
                 continue
             missing = [t for t in self.inputs if t not in {tp[0] for tp in found}]

@@ -50,15 +50,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer
 
 from common.errors import BottlerError
-from common.kafka import Connection, broker_away, reader_config
+from common.kafka import Connection, reader_config
 from common.registry_client import Registry
 from materializers.core import metrics, poison, positions, watermarks
 from materializers.core.changes import Change, TopicPartition
 from materializers.core.decode import DecodeError
-from materializers.core.ownership import OwnedTopics, discover
+from materializers.core.ownership import OwnedTopics, discover, discover_or_none
 from materializers.core.poison import DeadLetters
 from materializers.core.sink import Sink
 from materializers.warehouse import jvm, staging, stream
@@ -387,13 +387,8 @@ class WarehouseJob:
     def _partitions(self) -> list[TopicPartition] | None:
         """The partitions to read; None while the broker cannot list its topics (restarting:
         a pause, as for its watermarks)."""
-        try:
-            return discover(self._consumer, self._is_table_topic, self.truncate_topic)
-        except KafkaException as exc:
-            if not broker_away(exc.args[0]):
-                raise
-            log.warning("%s: topics unknown for now: %s", self.name, exc.args[0].str())
-            return None
+        return discover_or_none(self._consumer, self._is_table_topic, self.truncate_topic,
+                                name=self.name)
 
     def _known(self, partitions: list[TopicPartition]) -> None:
         new = [tp for tp in partitions if tp not in self._positions]
