@@ -207,7 +207,7 @@ def _start_and_stream(s: CaptureSettings, catalog, stop: threading.Event, undo: 
     options = StreamOptions(
         s.postgres, s.slot, publications.existing(), s.heartbeat_interval, s.transaction_topic,
         s.incremental_chunk_rows, s.spool_dir if transactions else None, publications.generated,
-        s.primary)
+        s.primary, s.stream_replay_workers)
     # heartbeats are written where the publications are: a standby is read-only
     streamer = Streamer(options, tables, made.control, publisher, admin,
                         heartbeats=publications.conn,

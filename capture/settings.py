@@ -80,6 +80,11 @@ class CaptureSettings(KafkaSettings, RegistrySettings, TopicPrefixSettings, Metr
     stream_spool_dir: Annotated[Path | None, Flag(  # None: see spool_dir
         "--stream-spool-dir", help="Where streamed transactions wait for their commit",
         shown="<temp dir>/bottler-stream-<system id>-<slot>")] = None
+    # a committed streamed transaction's rows parsed and encoded by these processes side by side,
+    # the main thread left to send them (capture/stream/replay.py)
+    stream_replay_workers: Annotated[int, Flag(
+        "--stream-replay-workers", help="Processes that encode a committed streamed "
+        "transaction's rows (0: the main thread alone)")] = Field(2, ge=0, le=64)
     # PostgreSQL 17+ copies a failover slot to the standbys that sync_replication_slots, so
     # the capture resumes on a promoted standby (docs/operations.md, high availability)
     failover: Annotated[Literal["auto", "on", "off"], Flag(

@@ -8,6 +8,7 @@ capture is killed in the middle of its publication."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import time
@@ -242,3 +243,45 @@ class UncommittedEnd:
 
 def staged_bytes(spool: Path) -> int:
     return sum(f.stat().st_size for f in spool.glob("*.stream")) if spool.exists() else 0
+
+
+def test_replay_workers_publish_what_the_main_thread_alone_publishes(
+        stack, small_decoding_memory, prefix, start, tmp_path, caplog):
+    """A streamed transaction of several runs (capture/stream/replay.py), with a schema change,
+    a key that changes, deletes and a rolled-back subtransaction in its middle: the capture
+    whose workers encode its rows publishes message for message what one without them does
+    (keys, values, the WAL position of each)."""
+    caplog.set_level(logging.INFO, logger="capture.stream.replay")
+    source = small_decoding_memory
+    rows_ = 25_000  # ~4 MB staged: several 2 MB runs on either side of the schema change
+    workers, alone = f"{prefix}p", f"{prefix}a"
+    start(slot=workers, topic_prefix=workers, stream_spool_dir=tmp_path / "p",
+          stream_large_transactions="on", stream_replay_workers=2)
+    start(slot=alone, topic_prefix=alone, stream_spool_dir=tmp_path / "a",
+          stream_large_transactions="on", stream_replay_workers=0)
+    wait_streaming(source, workers)
+    wait_streaming(source, alone)
+    execute(source, "begin",
+            f"insert into big select i, 'first', {PAYLOAD} from generate_series(1, {rows_}) i",
+            "alter table big add column extra int not null default 7",
+            f"insert into big select i, 'second', {PAYLOAD}, i "
+            f"from generate_series({rows_ + 1}, {2 * rows_}) i",
+            "savepoint part",
+            f"update big set note = 'doomed' where id > {rows_}",
+            "rollback to savepoint part",
+            "update big set id = -id where id <= 5",  # new keys: a delete of each old one
+            f"delete from big where id between {rows_ - 100} and {rows_}",
+            f"update big set note = 'again' where id between {rows_ + 1} and {rows_ + 10_000}",
+            "commit")
+    execute(source, "insert into big values (0, 'last', null)")
+    expected = expected_state(source)
+    got = {}
+    for name in (workers, alone):
+        wait_published(stack, f"{name}.big", expected)
+        decoder = Decoder(stack.registry_url)
+        got[name] = [(decoder.key(m), decoder.value(m) if m.value() is not None else None,
+                      dict(m.headers())["bottler.lsn"])
+                     for m in read_committed(stack.kafka, f"{name}.big")]
+    assert len(got[workers]) == 2 * rows_ + 5 + 5 + 101 + 10_000 + 1
+    assert got[workers] == got[alone]
+    assert "replayed by 2 workers" in caplog.text  # the workers did replay it

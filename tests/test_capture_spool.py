@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from capture.stream.spool import Spool
+from capture.stream.spool import SEGMENT, Spool
 from common.errors import BottlerError
 
 TOP, SUB, OTHER = 700, 701, 900
@@ -17,6 +17,12 @@ TOP, SUB, OTHER = 700, 701, 900
 def change(kind: bytes, xid: int, body: bytes) -> bytes:
     """A streamed message as pgoutput sends it: its kind, its (sub)transaction's xid, a body."""
     return kind + struct.pack("!I", xid) + body
+
+
+def committed(spool: Spool, xid: int) -> list[tuple[int, bytes]]:
+    """What a Stream Commit of ``xid`` replays, read in one go."""
+    with spool.commit(xid) as staged:
+        return [] if staged is None else list(staged.records())
 
 
 def test_a_commit_replays_in_order_without_the_aborted_subtransactions_changes(tmp_path):
@@ -30,10 +36,10 @@ def test_a_commit_replays_in_order_without_the_aborted_subtransactions_changes(t
         spool.block_end(TOP)
         assert spool.open == 2 and spool.bytes > 0
         spool.abort(TOP, SUB)  # ROLLBACK TO SAVEPOINT: its changes go, its relation stays
-        replayed = list(spool.commit(TOP))
+        replayed = committed(spool, TOP)
         assert replayed == [messages[0], messages[1], messages[3]]
         spool.abort(OTHER, OTHER)  # the whole transaction
-        assert list(spool.commit(OTHER)) == []
+        assert committed(spool, OTHER) == []
         assert spool.open == 0
         assert not any((tmp_path / "spool").iterdir())  # nothing staged is left
     finally:
@@ -68,6 +74,32 @@ def test_messages_across_and_beyond_the_read_size_come_back_whole(tmp_path):
                     for lsn, size in enumerate(sizes, 1)]
         for lsn, data in messages:
             spool.append(TOP, TOP, lsn, data)
-        assert list(spool.commit(TOP)) == messages
+        assert committed(spool, TOP) == messages
+    finally:
+        spool.close()
+
+
+def test_runs_split_changes_from_other_messages_and_read_back_whole(tmp_path):
+    """Replay workers share a transaction by its runs (capture/stream/replay.py): row changes
+    in runs of at most SEGMENT bytes, every other message in runs of their own, and the runs
+    read one by one give back every record in order."""
+    spool = Spool(tmp_path / "spool")
+    try:
+        messages = [(1, change(b"R", TOP, b"relation"))]
+        messages += [(lsn, change(b"I", TOP, os.urandom(200))) for lsn in range(2, 30_000)]
+        messages += [(30_000, change(b"T", TOP, b"truncate")), (30_001, change(b"M", TOP, b"m"))]
+        messages += [(lsn, change(b"U", TOP, b"u")) for lsn in range(30_002, 30_100)]
+        for lsn, data in messages:
+            spool.append(TOP, TOP, lsn, data)
+        with spool.commit(TOP) as staged:
+            runs = staged.runs
+            kinds = [r.changes for r in runs]
+            assert kinds[0] is False and kinds[-2:] == [False, True]
+            assert kinds[1:-2] == [True] * (len(kinds) - 3) and len(kinds) - 3 >= 2
+            assert all(r.end - r.start <= SEGMENT for r in runs)
+            assert [r.start for r in runs[1:]] == [r.end for r in runs[:-1]]  # no gap
+            assert runs[-1].end == staged.size
+            read = [record for r in runs for record in staged.records(r.start, r.end)]
+        assert read == messages
     finally:
         spool.close()

@@ -106,6 +106,17 @@ class Changes:
             metrics.EVENTS.labels(table, op).inc(n)
         self._counts.clear()
 
+    def codecs(self, oids) -> dict[int, TableCodec]:
+        """The codecs of the tables ``oids`` whose rows are published: what replay workers
+        encode with (capture/stream/replay.py)."""
+        known = ((oid, self.tables.known(oid)) for oid in oids if oid not in self.refused)
+        return {oid: codec for oid, codec in known if codec is not None}
+
+    def encoded(self, change: tuple, tx: Transaction) -> None:
+        """A change a replay worker encoded with the table's current codec."""
+        oid, op, key, value = change
+        self._send(oid, self.tables.by_oid(oid), key, value, op, tx)
+
     def _change(self, oid: int, key_values, values, op: str, tx: Transaction) -> None:
         if oid in self.refused:
             self._refused_row(self.refused[oid], key_values, values, op, tx)
@@ -120,14 +131,18 @@ class Changes:
             self.publisher.data_error(DataError(
                 str(exc), self._row(codec, key_values, values, op, tx), tx.batch))
             return
+        row = None
+        if self.publisher.at_risk(key, value):  # Kafka may refuse it: kept for a dead letter
+            row = self._row(codec, key_values, values, op, tx)
+        self._send(oid, codec, key, value, op, tx, row)
+
+    def _send(self, oid: int, codec: TableCodec, key: bytes | None, value: bytes | None,
+              op: str, tx: Transaction, row: Row | None = None) -> None:
         # Where the change is in the WAL: per key, changes come in increasing LSN (a row's
         # writers wait for each other's commits), so a consumer can tell a replayed old
         # change from a new one (the translators' keyed state does).
         headers = [("bottler.lsn", b"%d" % self.positions.received),
                    ("bottler.commit_time", tx.commit_header)]
-        row = None
-        if self.publisher.at_risk(key, value):  # Kafka may refuse it: kept for a dead letter
-            row = self._row(codec, key_values, values, op, tx)
         self.publisher.send(codec.topic, key, value, tx.batch, headers, row)
         if oid in self.incremental.oids and key is not None:
             self.incremental.touched(oid, key, tx.xid)

@@ -39,6 +39,7 @@ class StreamOptions:
     spool_dir: Callable[[str], Path] | None = None
     generated: bool = False  # the publications publish stored generated columns (18+)
     primary: str | None = None  # a standby source's primary, where watermarks are written
+    replay_workers: int = 2  # processes that encode a committed streamed transaction's rows
 
 
 class Replication:

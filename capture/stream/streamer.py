@@ -26,6 +26,7 @@ from capture.stream.changes import Changes
 from capture.stream.drift import Drift
 from capture.stream.feedback import Feedback, Positions
 from capture.stream.heartbeat import HEARTBEAT_PREFIX, Heartbeats
+from capture.stream.replay import Encoded, ReplayWorkers
 from capture.stream.replication import Replication, StreamOptions, broken_off
 from capture.stream.streamed import Streamed
 from capture.stream.table_watch import TableWatch
@@ -71,7 +72,8 @@ class Streamer:
                                  self.incremental.confirmed)
         try:
             if replication.spool is not None:
-                self.streamed = Streamed(replication.spool)
+                self.streamed = Streamed(replication.spool, ReplayWorkers(
+                    self.options.replay_workers, self.publisher.at_risk_over))
             self.incremental.load()
             self._loop(replication, stop)
             self.publisher.flush()
@@ -80,6 +82,8 @@ class Streamer:
         except (psycopg2.Error, psycopg.Error) as exc:
             raise broken_off(self.options, exc) from None
         finally:
+            if self.streamed is not None:
+                self.streamed.close()
             replication.close()
 
     def _loop(self, replication: Replication, stop: threading.Event) -> None:
@@ -166,11 +170,16 @@ class Streamer:
         """The staged transaction, replayed as the ordinary transaction it is, at its commit's
         place in the stream, inside one Kafka transaction (read_committed readers see all of it
         or nothing); confirmed once that committed, behind Kafka's acknowledgements."""
+        changes = self.changes
         with self.publisher.atomically():
             self.handle(messages.Begin(m.lsn, m.commit_time, m.xid))
-            for n, (lsn, message) in enumerate(self.streamed.replay(m), 1):
+            tx = self.transaction
+            for n, (lsn, message) in enumerate(self.streamed.replay(m, changes.codecs), 1):
                 self.positions.received = lsn
-                self.handle(message)
+                if type(message) is Encoded:
+                    changes.encoded(message, tx)
+                else:
+                    self.handle(message)
                 if n % FEEDBACK_EVERY == 0:
                     self.publisher.poll(0)
                     self.feedback.keepalive()

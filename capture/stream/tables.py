@@ -102,6 +102,9 @@ class Tables:
         return make_spec(table.schema, table.name, spec.topic, table.columns, table.key,
                          self.fmt, self.registrar).codec()
 
+    def known(self, oid: int) -> TableCodec | None:
+        return self._codecs.get(oid)
+
     def by_oid(self, oid: int) -> TableCodec:
         try:
             return self._codecs[oid]
