@@ -146,8 +146,10 @@ class CaptureProcess:
         self.args = args
         self.env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
         self.lines: list[tuple[float, str]] = []
-        self.peak_kb = 0  # the capture process itself
-        self.worker_peaks: dict[int, int] = {}  # its multiprocessing workers, by pid
+        self.peak_kb = 0  # the capture process itself, the largest of its runs
+        self.worker_peaks: dict[int, int] = {}  # this run's multiprocessing workers, by pid
+        self._run_kb = 0  # this run's capture process
+        self._largest: tuple[int, list[int]] = (0, [])  # an earlier run's: see largest_run
         self.peak_pss_kb = 0  # of the process and its workers together, as sampled
         self._cond = threading.Condition()
         self._proc: subprocess.Popen | None = None
@@ -161,6 +163,8 @@ class CaptureProcess:
         """Start the process (again: a stopped capture may be restarted)."""
         self.started_at = time.monotonic()
         self.lines = []
+        self._largest = self.largest_run()
+        self._run_kb, self.worker_peaks = 0, {}
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "bottler", "capture", *self.args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env, text=True,
@@ -180,7 +184,8 @@ class CaptureProcess:
 
     def _sample(self, proc: subprocess.Popen) -> None:
         while proc.poll() is None:
-            self.peak_kb = max(self.peak_kb, peak_kb(proc.pid))
+            self._run_kb = max(self._run_kb, peak_kb(proc.pid))
+            self.peak_kb = max(self.peak_kb, self._run_kb)
             pss = pss_kb(proc.pid)
             for pid in descendants(proc.pid):
                 if pid in self.worker_peaks or _is_worker(pid):
@@ -219,7 +224,8 @@ class CaptureProcess:
         if self._proc is None:
             return
         if self._proc.poll() is None:
-            self.peak_kb = max(self.peak_kb, peak_kb(self.pid))
+            self._run_kb = max(self._run_kb, peak_kb(self.pid))
+            self.peak_kb = max(self.peak_kb, self._run_kb)
             self._proc.send_signal(signal.SIGTERM)
             try:
                 self._proc.wait(60)
@@ -241,6 +247,13 @@ class CaptureProcess:
     @property
     def workers_peak_mb(self) -> float:
         return sum(self.worker_peaks.values()) / 1024
+
+    def largest_run(self) -> tuple[int, list[int]]:
+        """Of every run so far, the one whose process and workers together peaked highest:
+        (the process's VmHWM, each worker's), in kB. Workers of different runs never run at
+        once, so they are not summed across runs."""
+        run = (self._run_kb, list(self.worker_peaks.values()))
+        return max(self._largest, run, key=lambda r: r[0] + sum(r[1]))
 
 
 @contextmanager
