@@ -53,8 +53,9 @@ def test_status_shows_the_slot_the_topics_and_each_process():
         at_stack = ("--dir", str(stack.root))
 
         def replica_done(out: str) -> bool:
-            replica = cells(out, "replica")
+            replica, capture = cells(out, "replica"), cells(out, "capture")
             return (replica is not None and replica[2] == "caught up"
+                    and capture is not None and capture[2] == "streaming"
                     and all(cells(out, t) == [t, "1", f"{n:,}", "0"] for t, n in counts.items()))
 
         out = until(at_stack, replica_done, 60, "the replica to catch up on every table")

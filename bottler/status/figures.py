@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 # States of a materializer (and of any app whose endpoint does not answer).
 REBUILDING = "rebuilding"  # has not reached the end of its topics yet
 CAUGHT_UP = "caught up"  # reached the end once; its lag says how far behind it is now
-STARTING = "starting"  # answers, but has not been assigned its topics yet
+STARTING = "starting"  # answers, not at work yet: a view unassigned, a capture opening its stream
 RUNNING = "running"  # the demo load: it has no topics to catch up on
 DOWN = "down"  # the process is not running, or its endpoint does not answer
 
@@ -55,10 +55,13 @@ class Capture:
     events: int  # change events streamed since the process started
     lag_bytes: int  # WAL the server sent that is not confirmed yet
     dead_letters: int = 0  # rows sent to the capture's dead-letter topic since it started
+    streaming: bool = False  # its replication stream is open (the slot active)
 
     @property
     def state(self) -> str:
-        return "streaming" if self.snapshot_complete else "snapshot"
+        if self.streaming:
+            return "streaming"
+        return STARTING if self.snapshot_complete else "snapshot"  # copied: opening the stream
 
 
 @dataclass

@@ -44,6 +44,7 @@ def _capture(app: str, samples) -> Capture | None:
     return Capture(
         app=app,
         snapshot_complete=values["bottler_capture_snapshot_complete"] == 1,
+        streaming=values["bottler_capture_streaming"] == 1,
         snapshot_rows=int(values["bottler_capture_snapshot_rows"]),
         events=int(values["bottler_capture_events_total"]),
         lag_bytes=int(values["bottler_capture_lag_bytes"]),

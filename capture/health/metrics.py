@@ -10,6 +10,7 @@ SPOOLED_BYTES = Gauge("bottler_capture_spooled_bytes",
 IN_FLIGHT = Gauge("bottler_capture_in_flight_messages", "Messages awaiting Kafka's ack")
 SNAPSHOT_ROWS = Gauge("bottler_capture_snapshot_rows", "Rows copied by the snapshot", ["table"])
 SNAPSHOT_DONE = Gauge("bottler_capture_snapshot_complete", "1 once the snapshot is complete")
+STREAMING = Gauge("bottler_capture_streaming", "1 while the replication stream is open")
 DATA_ERRORS = Counter("bottler_capture_skipped_rows", "Rows skipped under --on-error=log")
 DEAD_LETTERS = Counter("bottler_capture_dead_letters",
                        "Rows sent to the capture's dead-letter topic", ["table"])

@@ -15,6 +15,7 @@ import psycopg
 import psycopg2
 from confluent_kafka.admin import AdminClient
 
+from capture.health import metrics
 from capture.publish.control import ControlEvents
 from capture.publish.publisher import Publisher
 from capture.setup.state import CaptureState
@@ -68,6 +69,7 @@ class Streamer:
 
     def run(self, stop: threading.Event) -> None:
         replication = Replication(self.options)
+        metrics.STREAMING.set(1)
         self.feedback = Feedback(replication.cursor, self.tracker, self.positions,
                                  self.incremental.confirmed)
         try:
@@ -82,6 +84,7 @@ class Streamer:
         except (psycopg2.Error, psycopg.Error) as exc:
             raise broken_off(self.options, exc) from None
         finally:
+            metrics.STREAMING.set(0)
             if self.streamed is not None:
                 self.streamed.close()
             replication.close()
