@@ -71,13 +71,15 @@ def _pg_unkeyed(sink: PostgresSink, table: TableId, columns: Sequence[str]) -> l
 # closed after the test).
 ADAPTER_MODULES = {"search": "tests.support.conformance_search",
                    "warehouse": "tests.support.conformance_warehouse",
-                   "spark": "tests.support.conformance_spark"}
+                   "spark": "tests.support.conformance_spark",
+                   "spark-connect": "tests.support.conformance_spark"}
 
 
 # the postgres and search sinks write to the stack's services (asked for by name, below)
 @pytest.fixture(params=["memory", pytest.param("postgres", marks=pytest.mark.stack),
                         pytest.param("search", marks=pytest.mark.stack), "warehouse",
-                        pytest.param("spark", marks=pytest.mark.stack)])
+                        pytest.param("spark", marks=pytest.mark.stack),
+                        pytest.param("spark-connect", marks=pytest.mark.stack)])
 def adapter(request) -> Iterator[Adapter]:
     with ExitStack() as cleanup:
         if request.param == "memory":

@@ -66,6 +66,10 @@ class WarehouseSettings(options.ViewSettings, MetricsSettings):
         "--route", help="python: today's job (Python workers decode, delta-rs merges); spark: "
         "Spark's Kafka source, from_avro and delta-spark's MERGE (docs/warehouse.md)")] = Field(
         "python", validation_alias=env("BOTTLER_WAREHOUSE_ROUTE"))
+    spark_remote: Annotated[str | None, Flag(
+        "--spark-remote", help="With --route spark: the Spark Connect server to run in "
+        "(sc://host:port; `bottler warehouse serve`), a session that stays, instead of a JVM "
+        "of this job's own")] = Field(None, validation_alias=env("BOTTLER_SPARK_REMOTE"))
     retention_hours: Annotated[float, Flag(
         "--retention-hours", help="With --route spark: hours the Delta tables keep the files "
         "and log entries of older versions, then VACUUM and Delta's log cleanup remove them "
@@ -79,9 +83,23 @@ def materialize_warehouse(s: WarehouseSettings) -> None:
     from materializers.warehouse import jvm
     from materializers.warehouse.job import spark_session
 
+    if s.spark_remote and s.route != "spark":
+        raise BottlerError("--spark-remote serves the spark route only",
+                           "add --route spark, or leave --spark-remote out")
     owned = prepare(s)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     started = time.monotonic()
+    if s.spark_remote:
+        from materializers.warehouse import connect
+
+        spark = connect.session(s.spark_remote)
+        log.info("warehouse: a session of %s in %.1f s", s.spark_remote,
+                 time.monotonic() - started)
+        try:
+            load(s, spark, owned)
+        finally:
+            spark.stop()  # this session's, on the server; the server stays
+        return
     try:
         spark = spark_session(s.master, driver_host=s.driver_host, route=s.route, once=s.once)
     except jvm.Stopped as stopped:
@@ -136,6 +154,26 @@ def load(s: WarehouseSettings, spark: Any, owned: OwnedTopics | None) -> None:
         job.run(stop, s.interval or INTERVALS[s.route])
     finally:
         job.close()
+
+
+@warehouse_app.command("serve")
+def serve_command(
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (the port is "
+                             "unauthenticated: loopback unless the network is trusted)"),
+    port: int = typer.Option(15002, "--port", help="Spark Connect port"),
+    master: str = typer.Option("local[2]", "--master", envvar="BOTTLER_SPARK_MASTER",
+                               help="Spark master"),
+) -> None:
+    """Serve the spark route's Spark session (its jars and settings) over Spark Connect until
+    stopped: `materialize warehouse --route spark --spark-remote sc://HOST:PORT` runs in it,
+    without a JVM start of its own."""
+    from materializers.warehouse import connect, jvm
+
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        connect.serve(host, port, master, stop_on_signals())
+    except jvm.Stopped as stopped:
+        log.info("warehouse server %s", stopped)
 
 
 @warehouse_app.command("optimize")

@@ -109,7 +109,7 @@ STAGING = "_bottler_staging"  # under the warehouse: each batch's staged rows, r
 
 def spark_session(master: str = "local[2]", app: str = "bottler-warehouse",
                   driver_host: str = DRIVER_HOST, route: str = "python", once: bool = False,
-                  dump: Path | None = None):
+                  dump: Path | None = None, conf: dict[str, str] | None = None):
     """A Spark session whose Python workers run this interpreter (so they import bottler), with
     the ``bottler_kafka`` data source registered (the python route's). Its JVM dies with this
     process; SIGTERM or SIGINT during the start ends it and raises :class:`jvm.Stopped`; end
@@ -118,7 +118,8 @@ def spark_session(master: str = "local[2]", app: str = "bottler-warehouse",
     they reach); Spark's own default is the machine's network address. ``route="spark"``
     (native.py) adds the jars of Spark's Kafka source, spark-avro and delta-spark (jars.py),
     Delta's SQL extension and the class-data archive (cds.py; ``dump``: where the JVM writes
-    one as it exits, instead); ``once``: a single load, whose JVM compiles with C1 alone."""
+    one as it exits, instead); ``once``: a single load, whose JVM compiles with C1 alone;
+    ``conf``: settings of the caller's (connect.py's server)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # the address Spark takes for this machine's (its other parts, its log): the driver's too
@@ -147,6 +148,8 @@ def spark_session(master: str = "local[2]", app: str = "bottler-warehouse",
                    .config("spark.driver.extraJavaOptions", f"{options} {archive}".strip()))
         for name, value in SPARK_ROUTE_CONF.items():
             builder = builder.config(name, value)
+    for name, value in (conf or {}).items():
+        builder = builder.config(name, value)
     spark = jvm.start(builder, env=NO_PYTHON if route == "spark" else None)
     spark.sparkContext.setLogLevel("ERROR")
     if route != "spark":  # the python route's data sources

@@ -25,6 +25,12 @@ time trigger for the continuous job):
 
 Delta stays the truth: the query starts from the offsets the tables recorded (read before it
 starts, ``startingOffsets``); its checkpoint is a scratch directory of the run.
+
+**Over Spark Connect** (``--spark-remote``, connect.py) there is no ``foreachBatch`` to run the
+batches here (its function would run in a Python process of the server's), so this process drives
+them itself (:meth:`SparkRoute._drive`): each batch a batch read of the same Kafka source, from
+where each partition stands to its high watermark (at most ``max_messages`` offsets), the same
+batch function; ``--once`` up to the watermarks it found first, the continuous job every interval.
 """
 
 from __future__ import annotations
@@ -44,11 +50,12 @@ from typing import Any
 from common.errors import BottlerError
 from common.kafka import Connection
 from common.registry_client import Registry, registry_client
+from materializers.core import watermarks
 from materializers.core.changes import TopicPartition
 from materializers.core.decode import DecodeError, truncate_event
 from materializers.core.ownership import OwnedTopics
 from materializers.core.poison import DeadLetters
-from materializers.warehouse import kafka, stream
+from materializers.warehouse import connect, kafka, stream
 from materializers.warehouse.batch import DELETE
 from materializers.warehouse.delta import open_table, stored_offsets
 from materializers.warehouse.sink import DeltaSink, table_path
@@ -122,9 +129,13 @@ class SparkRoute:
         self.dead_letters.close()
 
     def run_until_caught_up(self) -> RouteResult:
+        if connect.remote(self.spark):
+            return self._drive()
         return self._stream({"availableNow": True})
 
     def run(self, stop: threading.Event, interval: float) -> RouteResult:
+        if connect.remote(self.spark):
+            return self._drive(stop, interval)
         return self._stream({"processingTime": f"{interval} seconds"}, stop)
 
     # -- the query ------------------------------------------------------------------------
@@ -180,7 +191,7 @@ class SparkRoute:
                                                      for t, ps in starting.items()}))
                  .option("startingOffsets", json.dumps(starting))
                  .option("maxOffsetsPerTrigger", str(self.max_messages * len(partitions)))
-                 .option("minPartitions", str(self.spark.sparkContext.defaultParallelism))
+                 .option("minPartitions", str(connect.parallelism(self.spark)))
                  .option("failOnDataLoss", "false")  # compaction leaves gaps
                  .load().writeStream.foreachBatch(each)
                  .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())
@@ -193,6 +204,43 @@ class SparkRoute:
             shutil.rmtree(checkpoint, ignore_errors=True)
         stream.ended(query, failure, self.name)
         return total
+
+    def _drive(self, stop: threading.Event | None = None, interval: float = 0.0
+               ) -> RouteResult:
+        """The batches over Spark Connect (the module docstring): until caught up with the
+        watermarks found at the start (``stop`` None), or until ``stop``, a batch every
+        ``interval`` seconds (at once after one that was capped or took longer)."""
+        total = RouteResult()
+        marks = watermarks.Reader(self.bootstrap)
+        positions: dict[TopicPartition, int] = {}  # where each partition stands
+        targets: dict[TopicPartition, int] | None = None  # --once: the first watermarks
+        while True:
+            started = time.monotonic()
+            partitions = self._partitions()
+            new = [tp for tp in partitions if tp not in positions]
+            positions.update({tp: 0 for tp in new} | self.sink.stored_offsets(new))
+            found = watermarks.read(marks, partitions, self.name) if partitions else {}
+            high = None if found is None else {tp: h for tp, (_, h) in found.items()}
+            if high is not None and stop is None and targets is None:
+                targets = high
+            if high is not None:
+                upto = high if targets is None else {tp: min(h, targets.get(tp, h))
+                                                     for tp, h in high.items()}
+                ends = {tp: min(h, positions[tp] + self.max_messages) for tp, h in upto.items()}
+                ranges = {tp: (positions[tp], e) for tp, e in ends.items() if e > positions[tp]}
+                if ranges:
+                    result = self.batch(self._read(ranges, split=True), ends, dict(positions))
+                    positions.update({tp: e for tp, e in ends.items() if e > positions[tp]})
+                    positions.update(result.offsets)
+                    total.add(result)
+                if stop is None and all(positions[tp] >= e for tp, e in upto.items()):
+                    return total
+                if any(e < upto[tp] for tp, e in ends.items()):
+                    continue  # capped by max_messages: the rest at once
+            if stop is None:
+                time.sleep(1.0)  # the broker restarting: the load waits for it
+            elif stop.wait(max(0.0, interval - (time.monotonic() - started))):
+                return total
 
     # -- one batch ------------------------------------------------------------------------
 
@@ -262,10 +310,13 @@ class SparkRoute:
             self.dead_letters.flush()
         return barriers
 
-    def _read(self, ranges: dict[TopicPartition, tuple[int, int]]) -> Any:
+    def _read(self, ranges: dict[TopicPartition, tuple[int, int]], split: bool = False) -> Any:
         """The Kafka rows of ``ranges`` (``tp -> (from, to)``), a batch read of Spark's Kafka
-        source: the rows a truncate's replay needs from before the stream's position."""
-        return self._range_reader(ranges).load()
+        source: the rows a truncate's replay needs from before the stream's position, or over
+        Connect a batch's (``split``: in as many Spark partitions as the session's cores)."""
+        reader = self._range_reader(ranges)
+        cores = connect.parallelism(self.spark) if split else None
+        return (reader.option("minPartitions", str(cores)) if cores else reader).load()
 
     def _range_reader(self, ranges: dict[TopicPartition, tuple[int, int]]) -> Any:
         """The batch reader of :meth:`_read`, not yet loaded."""

@@ -24,11 +24,13 @@ default: one overwrite of the table in Spark (no row through Python), without of
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from materializers.core.changes import TopicPartition
+from materializers.warehouse import connect
 from materializers.warehouse.batch import DELETE, OFFSET, PARTITION
 from materializers.warehouse.delta import app_id, claim, open_table, stored_offsets, table_schema
 from materializers.warehouse.spark_avro import TopicSchemas, rows
@@ -124,20 +126,36 @@ class TopicWrite:
     def _merge(self, source: Any) -> None:
         """The MERGE; the table's columns the source lacks (dropped or renamed at the source)
         are null in it, so an updated row keeps no stale value there, as on the default
-        route (an update sets only the columns it names)."""
-        from delta.tables import DeltaTable
+        route (an update sets only the columns it names). Over Spark Connect, Delta's SQL
+        ``MERGE INTO`` of a temporary view, the same clauses: ``DeltaTable`` is Delta Connect's
+        client there, whose server plugin Maven Central does not serve (docs/warehouse.md)."""
         from pyspark.sql import functions as F  # noqa: N812
 
-        table = DeltaTable.forPath(self.spark, str(self.path))
         have = set(source.columns)
-        for f in table.toDF().schema.fields:
+        for f in self.spark.read.format("delta").load(str(self.path)).schema.fields:
             if f.name not in have:
                 source = source.withColumn(f.name, F.lit(None).cast(f.dataType))
         on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in self.keys)
         # the columns named, not UpdateAll/InsertAll: with schema evolution those would add
         # the DELETE flag to the table
         columns = {f"`{c}`": f"s.`{c}`" for c in source.columns if c != DELETE}
-        (table.alias("t").merge(source.alias("s"), on)
+        if connect.remote(self.spark):
+            view = f"bottler_merge_{uuid.uuid4().hex}"
+            source.createOrReplaceTempView(view)
+            try:
+                self.spark.sql(
+                    f"MERGE INTO delta.`{self.path}` t USING {view} s ON {on} "
+                    f"WHEN MATCHED AND s.{DELETE} THEN DELETE "
+                    f"WHEN MATCHED AND NOT s.{DELETE} THEN UPDATE SET "
+                    + ", ".join(f"t.{c} = {v}" for c, v in columns.items())
+                    + f" WHEN NOT MATCHED AND NOT s.{DELETE} THEN INSERT ({', '.join(columns)})"
+                    f" VALUES ({', '.join(columns.values())})")
+            finally:
+                self.spark.catalog.dropTempView(view)
+            return
+        from delta.tables import DeltaTable
+
+        (DeltaTable.forPath(self.spark, str(self.path)).alias("t").merge(source.alias("s"), on)
          .whenMatchedDelete(f"s.{DELETE}")
          .whenMatchedUpdate(f"NOT s.{DELETE}", columns)
          .whenNotMatchedInsert(f"NOT s.{DELETE}", columns).execute())

@@ -7,7 +7,13 @@ change already in its topic (a replay) is not produced again. Each flush is one 
 route (``SparkRoute.batch``) over a batch read of Spark's Kafka source, from the first offset
 written (before where the tables stand, for a replay) up to the offsets written: what a
 micro-batch of its streaming query does. The tables are read back with delta-rs, as for the
-default route (conformance_warehouse.py)."""
+default route (conformance_warehouse.py).
+
+``spark-connect``: the same route as a Spark Connect client (``--spark-remote``) of the tests'
+spark route session (tests/support/spark.py), each flush a ``bottler materialize warehouse
+--route spark --spark-remote … --once`` process (pyspark takes a process for one kind of
+session: the tests' is a local one). It reads from where the tables stand, so a change written
+again (a replay) is not read again: the table is what it was, as a replay must leave it."""
 
 from __future__ import annotations
 
@@ -20,10 +26,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from materializers.core import Change, TopicPartition
+from materializers.warehouse.job import prefix_root
 from materializers.warehouse.native import SparkRoute
 from materializers.warehouse.sink import DeltaSink
 from schemas import control
 from schemas.serde import AvroEncoder
+from tests.support.cli import bottler
 from tests.support.conformance_warehouse import rows
 
 TRUNCATES = "p._bottler.truncate"  # the suite's truncate topic (conformance.offsets_of)
@@ -119,7 +127,8 @@ class SparkSink:
         begins = {tp: 0 for tp in known} | DeltaSink(self.root).stored_offsets(known)
         for tp, (first, _) in pending.items():
             begins[tp] = min(begins[tp], first)
-        frame = self.route._read({tp: (begins[tp], end) for tp, (_, end) in pending.items()})
+        frame = self.route._read({tp: (begins[tp], end) for tp, (_, end) in pending.items()},
+                                 split=True)
         self.route.batch(frame, {tp: end for tp, (_, end) in pending.items()}, begins)
 
     def close(self) -> None:
@@ -127,6 +136,27 @@ class SparkSink:
         if self.route is not None:
             self.route.close()
             self.route = None
+
+
+class ConnectSink(SparkSink):
+    """The route over Spark Connect, a process per flush (see the module docstring)."""
+
+    def __init__(self, remote: str, stack, topics: Topics, path):
+        self.remote, self.stack, self.path = remote, stack, path
+        self.root, self.topics, self.route = prefix_root(path, topics.prefix), topics, None
+        self.pending = {}
+
+    def flush(self) -> None:
+        pending, self.pending = self.pending, {}
+        if not pending:
+            return
+        proc = bottler("materialize", "warehouse", "--route", "spark", "--once",
+                       "--spark-remote", self.remote, "--path", str(self.path),
+                       "--topic-prefix", self.topics.prefix,
+                       "--topic", self.topics.name("p.items"), "--topic",
+                       self.topics.name("p.log"), "--broker", self.stack.kafka,
+                       "--schema-registry", self.stack.registry_url, timeout=600)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def adapter(request, cleanup):
@@ -137,15 +167,20 @@ def adapter(request, cleanup):
     topics = Topics(stack)
     count = iter(range(1_000_000))
     sinks: list[SparkSink] = []
+    remote = request.getfixturevalue("spark_sessions").remote  # that session's Connect
+    over_connect = request.param == "spark-connect"
+
+    def sink(path) -> SparkSink:
+        sinks.append(ConnectSink(remote, stack, topics, path) if over_connect
+                     else SparkSink(spark, stack, topics, path))
+        return sinks[-1]
 
     def make() -> SparkSink:
-        sinks.append(SparkSink(spark, stack, topics, tmp / f"warehouse{next(count)}"))
-        return sinks[-1]
+        return sink(tmp / f"warehouse{next(count)}")
 
     def reopen(old: SparkSink) -> SparkSink:
         old.close()  # the process died: its unflushed batch is gone with it
-        sinks.append(SparkSink(spark, stack, topics, old.root))
-        return sinks[-1]
+        return sink(old.path if over_connect else old.root)
 
     cleanup.callback(lambda: [s.close() for s in sinks])
     return Adapter(

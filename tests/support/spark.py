@@ -4,7 +4,10 @@ start takes tens of seconds on a busy machine).
 A process holds one Spark session at a time, and a session's jars and SQL extensions are fixed
 when its JVM starts: ``spark`` is the warehouse's Python route (``spark_session()``),
 ``spark_native`` the Spark route with its jars (``route="spark"``). A module asking for the
-other route than the one running stops that one first (jvm.stop: until its JVM has exited)."""
+other route than the one running stops that one first (jvm.stop: until its JVM has exited).
+The spark route's session also serves Spark Connect on a free loopback port (connect.py,
+``SparkSessions.remote``): the tests' ``--spark-remote`` processes run in it, no JVM of their
+own."""
 
 from __future__ import annotations
 
@@ -20,20 +23,29 @@ class SparkSessions:
     def __init__(self) -> None:
         self.route: str | None = None
         self.session: Any = None
+        self.remote: str | None = None  # the spark route's Spark Connect address
 
     def get(self, route: str) -> Any:
         if self.route != route:
             self.stop()
+            from compose.procs import free_port
+            from materializers.warehouse import connect
             from materializers.warehouse.job import spark_session
 
-            self.session, self.route = spark_session("local[2]", route=route), route
+            conf = None
+            if route == "spark":
+                port = free_port()
+                conf = connect.server_conf("127.0.0.1", port, "local[2]")
+                self.remote = f"sc://127.0.0.1:{port}"
+            self.session = spark_session("local[2]", route=route, conf=conf)
+            self.route = route
         return self.session
 
     def stop(self) -> None:
         if self.session is not None:
             from materializers.warehouse import jvm
 
-            session, self.session, self.route = self.session, None, None
+            session, self.session, self.route, self.remote = self.session, None, None, None
             jvm.stop(session)
 
 
@@ -56,3 +68,4 @@ def spark(spark_sessions):
 def spark_native(spark_sessions):
     """The Spark route's session: Spark's Kafka source, spark-avro and delta-spark."""
     return spark_sessions.get("spark")
+

@@ -1,0 +1,103 @@
+"""A Spark session that stays, for the spark route (native.py): Spark Connect.
+
+A `--once` load that starts its own JVM pays Spark's start and the JIT's warm-up each time: 7-8
+CPU s and most of its wall time on a small load (docs/warehouse.md, "A JVM that stays").
+``bottler warehouse serve`` (:func:`serve`) keeps the spark route's session (its jars, Delta's
+extension, its settings) running and serves it over Spark Connect, Spark's own client protocol;
+``bottler materialize warehouse --route spark --spark-remote sc://host:port`` (:func:`session`)
+runs the same route as a client of it, in a session of its own on the server (its settings, its
+temporary views), which the server keeps warm for the next.
+
+Over Connect the route drives its batches from the client (native.py): a ``foreachBatch``
+function would run in a Python process of the server's, whose effects never reach the client.
+The server's port is unauthenticated: it listens on loopback unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from typing import Any
+
+from common.errors import BottlerError
+
+log = logging.getLogger(__name__)
+
+PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"  # pyspark ships its jar
+
+
+def remote(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect client's session."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def session(url: str) -> Any:
+    """A session of the Spark Connect server at ``url`` (``sc://host:port``), with the spark
+    route's settings a session may set (the static ones are the server's: Delta's extension,
+    checked); one line when it does not answer or is not such a server."""
+    from pyspark.sql.connect.session import SparkSession
+
+    from materializers.warehouse.job import SPARK_ROUTE_CONF
+
+    if not url.startswith("sc://"):
+        raise BottlerError(f"--spark-remote {url!r} is not a Spark Connect address",
+                           "give it as sc://host:port (`bottler warehouse serve` prints it)")
+    # pyspark's functions build Connect's columns in a process marked so (pyspark's own
+    # builder marks it too, but refuses a process that ran a local session: the tests' do)
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    try:
+        spark = SparkSession.builder.remote(url).create()
+        extensions = spark.conf.get("spark.sql.extensions", "") or ""
+    except Exception as exc:  # noqa: BLE001 - grpc's errors: the address is what to fix
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BottlerError(f"no Spark Connect server answers at {url}: {first[:300]}",
+                           "start one with `bottler warehouse serve` (or point --spark-remote "
+                           "at yours), or leave --spark-remote out to start a local session"
+                           ) from None
+    if SPARK_ROUTE_CONF["spark.sql.extensions"] not in extensions:
+        spark.stop()
+        raise BottlerError(f"the Spark Connect server at {url} has no Delta Lake (its "
+                           "spark.sql.extensions lacks io.delta.sql.DeltaSparkSessionExtension)",
+                           "serve the spark route's session with `bottler warehouse serve`, "
+                           "or start yours with the --packages docs/warehouse.md gives")
+    for name, value in SPARK_ROUTE_CONF.items():
+        if spark.conf.isModifiable(name):  # the others are the server's (static)
+            spark.conf.set(name, value)
+    return spark
+
+
+def server_conf(host: str, port: int, master: str) -> dict[str, str]:
+    """The settings that make the route's session a Spark Connect server on ``host:port``;
+    with a local master, its parallelism (which a client cannot ask its session for) as
+    ``spark.default.parallelism``."""
+    conf = {"spark.plugins": PLUGIN, "spark.connect.grpc.binding.address": host,
+            "spark.connect.grpc.binding.port": str(port)}
+    cores = re.fullmatch(r"local\[(\d+)\]", master)
+    if cores:
+        conf["spark.default.parallelism"] = cores.group(1)
+    return conf
+
+
+def parallelism(spark: Any) -> int | None:
+    """The session's default parallelism: its context's, or over Connect the server's setting
+    (None when it has none)."""
+    if not remote(spark):
+        return spark.sparkContext.defaultParallelism
+    value = spark.conf.get("spark.default.parallelism", None)
+    return int(value) if value else None
+
+
+def serve(host: str, port: int, master: str, stop: Any) -> None:
+    """The spark route's session served over Spark Connect until ``stop`` is set; its JVM
+    ends with this process."""
+    from materializers.warehouse import jvm
+    from materializers.warehouse.job import spark_session
+
+    spark = spark_session(master, route="spark", conf=server_conf(host, port, master))
+    try:
+        log.info("warehouse: serving the spark route's session on sc://%s:%d "
+                 "(--spark-remote)", host, port)
+        stop.wait()
+    finally:
+        jvm.stop(spark)
