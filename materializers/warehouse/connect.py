@@ -18,7 +18,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 from common.errors import BottlerError
 
@@ -40,9 +42,17 @@ def session(url: str) -> Any:
 
     from materializers.warehouse.job import SPARK_ROUTE_CONF
 
-    if not url.startswith("sc://"):
+    parsed = urlsplit(url)
+    if parsed.scheme != "sc" or not parsed.hostname:
         raise BottlerError(f"--spark-remote {url!r} is not a Spark Connect address",
                            "give it as sc://host:port (`bottler warehouse serve` prints it)")
+    hint = ("start one with `bottler warehouse serve` (or point --spark-remote at yours), or "
+            "leave --spark-remote out to start a local session")
+    try:  # the client retries an address that refuses for minutes: asked once here
+        socket.create_connection((parsed.hostname, parsed.port or 15002), timeout=10).close()
+    except OSError as exc:
+        raise BottlerError(f"no Spark Connect server answers at {url}: "
+                           f"{exc.strerror or exc}", hint) from None
     # pyspark's functions build Connect's columns in a process marked so (pyspark's own
     # builder marks it too, but refuses a process that ran a local session: the tests' do)
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
@@ -52,9 +62,7 @@ def session(url: str) -> Any:
     except Exception as exc:  # noqa: BLE001 - grpc's errors: the address is what to fix
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BottlerError(f"no Spark Connect server answers at {url}: {first[:300]}",
-                           "start one with `bottler warehouse serve` (or point --spark-remote "
-                           "at yours), or leave --spark-remote out to start a local session"
-                           ) from None
+                           hint) from None
     if SPARK_ROUTE_CONF["spark.sql.extensions"] not in extensions:
         spark.stop()
         raise BottlerError(f"the Spark Connect server at {url} has no Delta Lake (its "

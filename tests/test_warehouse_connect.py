@@ -1,0 +1,142 @@
+"""The spark route in a session that stays (materializers/warehouse/connect.py): `bottler
+warehouse serve` serves the route's Spark session over Spark Connect, and `bottler materialize
+warehouse --route spark --spark-remote sc://…` runs as its client, on a real capture: loads,
+MERGEs, a truncate, the continuous job, a client killed with `kill -9` mid-load, each checked
+against the source with delta-rs (the independent reader); and what is wrong with the address
+said in one line. The conformance suite runs through Connect too (tests/test_conformance.py,
+``spark-connect``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from compose.procs import free_port
+from materializers.warehouse.delta import open_table
+from tests.support.cli import ROOT, assert_clear_error, bottler, clean_env
+from tests.support.databases import execute
+from tests.support.waiting import wait_for, wait_streaming
+from tests.test_warehouse_spark_route import LOAD, QUERIES, SHOP, delta_rows, source_rows
+
+pytestmark = pytest.mark.stack
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[str]:
+    """`bottler warehouse serve` on a free port, for the module; its address."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "bottler", "warehouse", "serve",
+                                 "--port", str(port)], cwd=ROOT, env=clean_env(),
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: "serving the spark route's session" in log.read_text()
+                 or proc.poll() is not None, 600, "the Spark Connect server's start")
+        assert proc.poll() is None, log.read_text()
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, log.read_text()[-3000:]
+
+
+def client(stack, server: str, path: Path, prefix: str, *args: str, **kwargs):
+    return bottler("materialize", "warehouse", "--route", "spark", "--spark-remote", server,
+                   "--path", str(path), "--topic-prefix", prefix, "--broker", stack.kafka,
+                   "--schema-registry", stack.registry_url, *args, **kwargs)
+
+
+def converge(stack, server: str, path: Path, prefix: str, source: str) -> None:
+    """``--once`` loads until the Delta tables hold what the source does; each load makes
+    progress or the capture has not produced the rest yet (it streams)."""
+    root = path / prefix
+    for _ in range(60):
+        proc = client(stack, server, path, prefix, "--once", timeout=600)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        if all(delta_rows(root, t) == source_rows(source, t) for t in QUERIES):
+            return
+        time.sleep(1)
+    raise AssertionError("the Delta tables differ from the source")
+
+
+def test_the_route_runs_as_a_client_of_the_server(stack, server, source, prefix, start,
+                                                  tmp_path):
+    execute(source, SHOP)
+    start(allow_unkeyed=True)
+    wait_streaming(source, prefix)
+    path = tmp_path / "warehouse"
+    root = path / prefix
+    converge(stack, server, path, prefix, source)
+    execute(source, *LOAD)
+    converge(stack, server, path, prefix, source)  # from the offsets Delta recorded
+    items = open_table(root / "public" / "items")
+    assert items.history(1)[0]["operation"] == "MERGE"  # Delta's SQL MERGE over Connect
+    assert "_bottler_delete" not in items.schema().to_arrow().names
+    versions = {t: open_table(root / "public" / t).version() for t in QUERIES}
+    proc = client(stack, server, path, prefix, "--once", timeout=600)  # nothing new
+    assert proc.returncode == 0, proc.stderr
+    assert {t: open_table(root / "public" / t).version() for t in QUERIES} == versions
+    execute(source, "truncate log", "insert into log values (1, 'after the truncate')")
+    converge(stack, server, path, prefix, source)
+
+    # the continuous job: a batch every interval, driven by the client, until SIGTERM
+    log = tmp_path / "continuous.log"
+    with log.open("w") as out:
+        job = subprocess.Popen(
+            [sys.executable, "-m", "bottler", "materialize", "warehouse", "--route", "spark",
+             "--spark-remote", server, "--path", str(path), "--topic-prefix", prefix,
+             "--broker", stack.kafka, "--schema-registry", stack.registry_url,
+             "--interval", "1"], cwd=ROOT, env=clean_env(), stdout=out,
+            stderr=subprocess.STDOUT)
+    try:
+        execute(source, "update items set name = 'continuous' where id = 4")
+        wait_for(lambda: delta_rows(root, "items") == source_rows(source, "items")
+                 or job.poll() is not None, 300, "the continuous job's merge")
+        assert job.poll() is None, log.read_text()
+    finally:
+        job.send_signal(signal.SIGTERM)
+        assert job.wait(120) == 0, log.read_text()[-3000:]
+
+
+def test_a_client_killed_mid_load_loses_nothing(stack, server, source, prefix, start, tmp_path):
+    execute(source, "create table big (id int primary key, body text)",
+            "insert into big select g, repeat('x', 200) || g from generate_series(1, 200000) g")
+    start()
+    wait_streaming(source, prefix)
+    path = tmp_path / "warehouse"
+    args = ["materialize", "warehouse", "--route", "spark", "--spark-remote", server,
+            "--path", str(path), "--topic-prefix", prefix, "--broker", stack.kafka,
+            "--schema-registry", stack.registry_url, "--once", "--max-messages", "50000"]
+    job = subprocess.Popen([sys.executable, "-m", "bottler", *args], cwd=ROOT, env=clean_env(),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    table = path / prefix / "public" / "big"
+    try:  # killed once its first batch is in, before its last
+        wait_for(lambda: open_table(table) is not None or job.poll() is not None, 600,
+                 "the first batch's commit")
+    finally:
+        os.kill(job.pid, signal.SIGKILL)
+        job.wait(30)
+    proc = bottler(*args, timeout=900)  # the next run resumes from where Delta stands
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ids = open_table(table).to_pyarrow_table(columns=["id"]).column("id").to_pylist()
+    assert sorted(ids) == list(range(1, 200001))
+
+
+def test_an_address_that_does_not_serve_is_one_line(stack, tmp_path):
+    common = ["materialize", "warehouse", "--path", str(tmp_path / "w"), "--once",
+              "--broker", stack.kafka, "--schema-registry", stack.registry_url]
+    proc = bottler(*common, "--route", "spark", "--spark-remote", f"sc://127.0.0.1:{free_port()}",
+                   timeout=120)
+    assert_clear_error(proc, "no Spark Connect server answers at sc://127.0.0.1:",
+                       "bottler warehouse serve")
+    proc = bottler(*common, "--route", "spark", "--spark-remote", "127.0.0.1:15002", timeout=120)
+    assert_clear_error(proc, "is not a Spark Connect address", "sc://host:port")
+    proc = bottler(*common, "--spark-remote", "sc://127.0.0.1:15002", timeout=120)
+    assert_clear_error(proc, "--spark-remote serves the spark route only", "--route spark")
