@@ -8,7 +8,10 @@
   with `make up`'s appliance running beside it (a stack of its own, every app; the spark route);
 - the continuous job (``--interval 1``), on each route in turn: commit → Delta lag p99 at 1,000
   changes/s (target < 5 s), then an idle trigger's CPU seconds, the job's whole process tree
-  (driver, JVM, Python workers; target < 0.2 s).
+  (driver, JVM, Python workers; target < 0.2 s);
+- the spark route as a client of a session that stays (``--spark-remote``, a ``bottler
+  warehouse serve`` of the bench's, warmed by WARM_LOADS loads first): the same topic, the shop
+  (beside the appliance too) and the lag, each from the client's process start.
 """
 
 from __future__ import annotations
@@ -44,19 +47,28 @@ LAG_RATE, LAG_SECONDS = 1_000, 15
 LAG_WARM_SECONDS = 20
 LAG_INTERVAL = 1.0  # seconds: the continuous job's --interval, on either route
 IDLE_SECONDS = 10
+# Loads of the topic through a fresh Spark Connect server before its figures: its JIT settles
+# after about four (docs/warehouse.md, "A JVM that stays")
+WARM_LOADS = 4
+SERVING = "serving the spark route's session on (sc://[^ ]+)"
 BATCH = r"warehouse: (\d+) messages .* in ([\d.]+) s"
 DONE = r"warehouse load done: (\d+) changes"
 
 
 class WarehouseProcess(CaptureProcess):
-    """`python -m bottler materialize warehouse ARGS`, watched as the capture is (its peak RSS
-    is the driver's: the JVM is a child process, not counted)."""
+    """`python -m bottler materialize warehouse ARGS` (or ``command``), watched as the capture
+    is (its peak RSS is the driver's: the JVM is a child process, not counted)."""
+
+    def __init__(self, name: str, env: dict[str, str], args: list[str],
+                 command: tuple[str, ...] = ("materialize", "warehouse")):
+        super().__init__(name, env, args)
+        self.command = command
 
     def start(self) -> WarehouseProcess:
         self.started_at = time.monotonic()
         self.lines = []
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "bottler", "materialize", "warehouse", *self.args],
+            [sys.executable, "-m", "bottler", *self.command, *self.args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env, text=True,
             errors="replace")
         threading.Thread(target=self._read, args=(self._proc,), daemon=True).start()
@@ -86,10 +98,11 @@ def _snapshot(env: dict[str, str], name: str, tables: list[str]) -> None:
 
 
 def _load(env, path: Path, prefix: str, timeout: float = 1800,
-          route: str = "python") -> WarehouseProcess:
+          route: str = "python", remote: str | None = None) -> WarehouseProcess:
+    over = ["--spark-remote", remote] if remote else []
     job = WarehouseProcess(f"warehouse {prefix} ({route})", env,
                            ["--path", str(path), "--topic-prefix", prefix, "--once",
-                            "--route", route])
+                            "--route", route, *over])
     job.start()
     job.wait_line(DONE, timeout)
     job.ended = job.wait_exit(60)
@@ -105,17 +118,45 @@ def warehouse_load(ep, env: dict[str, str], table: str, say=print) -> list[Figur
     cds.ensure(spark_jars())  # the spark route's class-data archive built (once), untimed
     rows = data.count(ep.pg_dsn, table)
     work = Path(tempfile.mkdtemp(prefix="bench-warehouse-load-"))
+    server, remote = _server(env)
     try:
-        figures = _topic(ep, env, table, rows, work, say)
-        figures += _shop(ep, env, work, say)
+        figures = _topic(ep, env, table, rows, work, say, server, remote)
+        figures += _shop(ep, env, work, say, remote)
         figures += _lag_and_idle(ep, env, work, say)
         figures += _lag_and_idle(ep, env, work, say, route="spark")
+        figures += _lag_and_idle(ep, env, work, say, route="spark", server=(server, remote))
     finally:
+        server.stop()
         shutil.rmtree(work, ignore_errors=True)
     return figures
 
 
-def _topic(ep, env, table: str, rows: int, work: Path, say) -> list[Figure]:
+def _server(env: dict[str, str]) -> tuple[WarehouseProcess, str]:
+    """`bottler warehouse serve` on a free port, the bench's session that stays; its address."""
+    from compose.procs import free_port
+
+    server = WarehouseProcess("warehouse serve", env, ["--port", str(free_port())],
+                              command=("warehouse", "serve")).start()
+    return server, server.wait_line(SERVING, 600)[1][1]
+
+
+def _tree_cpu(pid: int) -> float:
+    """CPU seconds process ``pid`` and its descendants have used so far."""
+    import psutil
+
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def _topic(ep, env, table: str, rows: int, work: Path, say, server: WarehouseProcess,
+           remote: str) -> list[Figure]:
     say(f"warehouse: capture snapshot of {table} into {LOAD_PREFIX}.{table}")
     _snapshot(env, LOAD_PREFIX, [table])
     say(f"warehouse: `materialize warehouse --once` of the {rows:,}-row topic")
@@ -146,6 +187,21 @@ def _topic(ep, env, table: str, rows: int, work: Path, say) -> list[Figure]:
     native_table = DeltaTable(str(work / "native" / LOAD_PREFIX / "public" / table))
     if native_table.count() != rows:
         raise RuntimeError(f"the spark route loaded {native_table.count():,} rows, not {rows:,}")
+    say(f"warehouse: the spark route over Spark Connect, {WARM_LOADS} loads to warm the server")
+    warming = []
+    for n in range(WARM_LOADS):
+        warm = _load(env, work / f"warm-{n}", LOAD_PREFIX, route="spark", remote=remote)
+        warming.append(warm.ended - warm.started_at)
+        shutil.rmtree(work / f"warm-{n}", ignore_errors=True)
+    say("warehouse: the spark route over Spark Connect (--spark-remote), the warm server")
+    server_cpu = _tree_cpu(server.pid)
+    client = _load(env, work / "connect", LOAD_PREFIX, route="spark", remote=remote)
+    server_cpu = _tree_cpu(server.pid) - server_cpu
+    client_s = client.ended - client.started_at
+    client_table = DeltaTable(str(work / "connect" / LOAD_PREFIX / "public" / table))
+    if client_table.count() != rows:
+        raise RuntimeError(f"over Connect the spark route loaded {client_table.count():,} rows, "
+                           f"not {rows:,}")
     say("warehouse: plain delta-spark append of the same rows")
     spark_append_s = _spark_append(loaded.table_uri, work / "spark-append")
     delete_topics(ep.kafka, f"{LOAD_PREFIX}.")
@@ -162,6 +218,14 @@ def _topic(ep, env, table: str, rows: int, work: Path, say) -> list[Figure]:
         notes=[f"{native_s:.1f} s from process start to exit; batches {native.batches()} s; "
                f"driver peak RSS {native.peak_mb:.0f} MB; the issue's target: ≥ 0.25× of the "
                "delta-spark append"]), Figure(
+        f"warehouse (spark route over Spark Connect): {rows:,}-row topic, --once, from the "
+        "client's process start", rows / client_s, "rows/s", ceiling=spark_ceiling,
+        target=Target(">=", 200_000),
+        notes=[f"{client_s:.1f} s from the client's process start to its exit (a `--spark-remote`"
+               f" client of `bottler warehouse serve`); batches {client.batches()} s; the "
+               f"server's CPU in it {server_cpu:.1f} s; the server's first {WARM_LOADS} loads "
+               f"(its JIT warming) took {', '.join(f'{w:.1f}' for w in warming)} s; the issue's"
+               " target: ≥ 0.25× of the delta-spark append"]), Figure(
         f"warehouse (Spark): {rows:,}-row topic, --once, from process start", rows / elapsed,
         "rows/s", ceiling=ceiling,
         notes=[f"{elapsed:.1f} s from process start to exit; {len(batches)} batch(es) took "
@@ -194,59 +258,69 @@ def spark_append_child(source: str, target: str) -> None:
     spark.stop()
 
 
-def _shop(ep, env, work: Path, say) -> list[Figure]:
+def _shop(ep, env, work: Path, say, remote: str) -> list[Figure]:
     say("warehouse: the demo shop, captured, then `materialize warehouse --once`")
     seed(ep.pg_dsn)
     _snapshot(env, SHOP_PREFIX, list(TABLES))
     figures = [_shop_load(env, work / f"shop-{route}", route) for route in ("python", "spark")]
+    figures.append(_shop_load(env, work / "shop-connect", "spark", remote=remote))
     say("warehouse: the demo shop's --once (spark route) beside `make up`'s appliance")
-    figures.append(_beside_appliance(env, work))
+    figures += _beside_appliance(env, work, remote)
     delete_topics(ep.kafka, f"{SHOP_PREFIX}.")
     drop_slot(ep.pg_dsn, SHOP_PREFIX)
     return figures
 
 
-def _shop_load(env, path: Path, route: str, beside: str = "") -> Figure:
-    job = _load(env, path, SHOP_PREFIX, route=route)
+def _shop_load(env, path: Path, route: str, beside: str = "", remote: str | None = None
+               ) -> Figure:
+    job = _load(env, path, SHOP_PREFIX, route=route, remote=remote)
     messages = sum(int(m[1]) for _, line in job.lines if (m := re.search(BATCH, line)))
+    over = " over Spark Connect" if remote else ""
     return Figure(
-        f"warehouse ({route} route): the demo shop's four topics, --once, from process "
+        f"warehouse ({route} route{over}): the demo shop's four topics, --once, from process "
         f"start{beside}", job.ended - job.started_at, "s", target=Target("<", 20),
         notes=[f"{messages:,} messages; batches {job.batches()} s; from process start to "
                "exit (Spark's start, the query, the merges, the JVM's end)"])
 
 
-def _beside_appliance(env, work: Path) -> Figure:
+def _beside_appliance(env, work: Path, remote: str) -> list[Figure]:
     """The spark route's shop figure with `make up`'s appliance running beside it: a stack of
     its own (postgres, the broker, the search engine, the registry, the demo shop) with every
     app (the capture, the views, the continuous warehouse job, the demo's write load), as on
-    a user's machine; the load reads the bench stack's topics as before."""
+    a user's machine; the load reads the bench stack's topics as before. Then the same as a
+    client of the bench's warm Spark Connect server (``remote``), the appliance still running."""
     from compose.stack import isolated_stack
 
     with isolated_stack() as appliance:
         appliance.up(apps=appliance.APPS, demo=True)
         delta_log = appliance.root / "warehouse" / "public" / "orders" / "_delta_log"
         wait_until(lambda: delta_log.is_dir(), 600, "the appliance's warehouse job at work")
-        figure = _shop_load(env, work / "shop-beside", "spark", ", `make up`'s apps running")
-    figure.notes.append("beside it, a stack of its own: " + ", ".join(appliance.APPS)
-                        + " (the demo's 5 transactions/s)")
-    return figure
+        beside = ", `make up`'s apps running"
+        figures = [_shop_load(env, work / "shop-beside", "spark", beside),
+                   _shop_load(env, work / "shop-beside-connect", "spark", beside, remote)]
+    for figure in figures:
+        figure.notes.append("beside it, a stack of its own: " + ", ".join(appliance.APPS)
+                            + " (the demo's 5 transactions/s)")
+    return figures
 
 
-def _lag_and_idle(ep, env, work: Path, say, route: str = "python") -> list[Figure]:
-    """The continuous job of ``route`` (``--interval LAG_INTERVAL``): commit → Delta lag at
-    LAG_RATE changes/s, then an idle trigger's CPU. Each route's run has a capture, a prefix
-    and a table of its own."""
-    prefix = LAG_PREFIX if route == "python" else f"{LAG_PREFIX}_{route}"
-    named = "" if route == "python" else f" ({route} route)"
+def _lag_and_idle(ep, env, work: Path, say, route: str = "python",
+                  server: tuple[WarehouseProcess, str] | None = None) -> list[Figure]:
+    """The continuous job of ``route`` (``--interval LAG_INTERVAL``; with ``server``, a client
+    of it): commit → Delta lag at LAG_RATE changes/s, then an idle trigger's CPU (the server's
+    counted in). Each route's run has a capture, a prefix and a table of its own."""
+    remote = server[1] if server else None
+    variant = route + ("_connect" if remote else "")
+    prefix = LAG_PREFIX if route == "python" else f"{LAG_PREFIX}_{variant}"
+    named = "" if route == "python" else f" ({route} route{' over Spark Connect' * bool(remote)})"
     data.create_table(ep.pg_dsn, LAG_TABLE)
     drop_slot(ep.pg_dsn, prefix)
     capture = CaptureProcess(prefix, env, ["--tables", f"public.{LAG_TABLE}", "--slot",
                                            prefix, "--topic-prefix", prefix])
-    path = work / f"lag-{route}"
-    job = WarehouseProcess(f"warehouse lag ({route})", env, [
+    path = work / f"lag-{variant}"
+    job = WarehouseProcess(f"warehouse lag ({variant})", env, [
         "--path", str(path), "--topic-prefix", prefix, "--route", route,
-        "--interval", f"{LAG_INTERVAL:g}"])
+        "--interval", f"{LAG_INTERVAL:g}", *(["--spark-remote", remote] if remote else [])])
     capture.start()
     try:
         capture.wait_line(SNAPSHOT_DONE, timeout=300)
@@ -263,7 +337,8 @@ def _lag_and_idle(ep, env, work: Path, say, route: str = "python") -> list[Figur
         say(f"warehouse{named}: an idle trigger's CPU, over {IDLE_SECONDS} s")
         time.sleep(2 + LAG_INTERVAL)  # the last batch's housekeeping done
         # sampled: a Spark Python worker that ends meanwhile takes its time out of the tree's
-        idle = cpu_over({"job": job.pid}, IDLE_SECONDS)["job"] / (IDLE_SECONDS / LAG_INTERVAL)
+        trees = {"job": job.pid} | ({"server": server[0].pid} if server else {})
+        idle = sum(cpu_over(trees, IDLE_SECONDS).values()) / (IDLE_SECONDS / LAG_INTERVAL)
         job.check_alive()
     finally:
         job.stop()
@@ -287,7 +362,8 @@ def _lag_and_idle(ep, env, work: Path, say, route: str = "python") -> list[Figur
                notes=[f"the {len(cold):,} commits before those above, from the job's first "
                       f"batch (10 rows) on: its classes loaded, its code compiled; p50 "
                       f"{_pct(cold, 50):.2f} s"]),
-        Figure(f"warehouse{named}: an idle trigger's CPU (driver, JVM, Python workers)",
+        Figure(f"warehouse{named}: an idle trigger's CPU (driver, JVM, Python workers"
+               f"{', the server' * bool(server)})",
                idle * 1000, "CPU ms", target=Target("<", 200),
                notes=[f"the job's process tree over {IDLE_SECONDS} s with nothing new, one "
                       f"trigger every {LAG_INTERVAL:g} s"]),
