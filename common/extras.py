@@ -21,7 +21,7 @@ DISTRIBUTION = "bottler-cdc"  # "bottler" on PyPI is an unrelated project
 # pyproject.toml).
 EXTRAS: dict[str, tuple[str, ...]] = {
     "search": ("urllib3", "orjson"),
-    "warehouse": ("pyspark", "delta", "deltalake", "pyarrow"),
+    "warehouse": ("pyspark", "delta", "deltalake", "pyarrow", "pandas"),
 }
 
 
