@@ -47,10 +47,15 @@ def server(tmp_path_factory) -> Iterator[str]:
         assert proc.wait(60) == 0, log.read_text()[-3000:]
 
 
+def job_args(stack, server: str, path: Path, prefix: str) -> list[str]:
+    """`bottler`'s arguments for the route as a client of ``server``, loading ``path``."""
+    return ["materialize", "warehouse", "--route", "spark", "--spark-remote", server,
+            "--path", str(path), "--topic-prefix", prefix, "--broker", stack.kafka,
+            "--schema-registry", stack.registry_url]
+
+
 def client(stack, server: str, path: Path, prefix: str, *args: str, **kwargs):
-    return bottler("materialize", "warehouse", "--route", "spark", "--spark-remote", server,
-                   "--path", str(path), "--topic-prefix", prefix, "--broker", stack.kafka,
-                   "--schema-registry", stack.registry_url, *args, **kwargs)
+    return bottler(*job_args(stack, server, path, prefix), *args, **kwargs)
 
 
 def converge(stack, server: str, path: Path, prefix: str, source: str) -> None:
@@ -90,9 +95,7 @@ def test_the_route_runs_as_a_client_of_the_server(stack, server, source, prefix,
     log = tmp_path / "continuous.log"
     with log.open("w") as out:
         job = subprocess.Popen(
-            [sys.executable, "-m", "bottler", "materialize", "warehouse", "--route", "spark",
-             "--spark-remote", server, "--path", str(path), "--topic-prefix", prefix,
-             "--broker", stack.kafka, "--schema-registry", stack.registry_url,
+            [sys.executable, "-m", "bottler", *job_args(stack, server, path, prefix),
              "--interval", "1"], cwd=ROOT, env=clean_env(), stdout=out,
             stderr=subprocess.STDOUT)
     try:
@@ -111,9 +114,7 @@ def test_a_client_killed_mid_load_loses_nothing(stack, server, source, prefix, s
     start()
     wait_streaming(source, prefix)
     path = tmp_path / "warehouse"
-    args = ["materialize", "warehouse", "--route", "spark", "--spark-remote", server,
-            "--path", str(path), "--topic-prefix", prefix, "--broker", stack.kafka,
-            "--schema-registry", stack.registry_url, "--once", "--max-messages", "50000"]
+    args = [*job_args(stack, server, path, prefix), "--once", "--max-messages", "50000"]
     job = subprocess.Popen([sys.executable, "-m", "bottler", *args], cwd=ROOT, env=clean_env(),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     table = path / prefix / "public" / "big"
