@@ -74,7 +74,8 @@ SLOW_MODULES = ("test_second_engine", "test_warehouse_cluster", "test_apicurio",
                 "test_stack_lifecycle", "test_stack_stops",
                 "test_client_properties", "test_secured_broker", "test_core_behaviour",
                 "test_faults", "test_warehouse_cli", "test_warehouse_spark_route",
-                "test_appliance", "test_warehouse_job", "test_conformance", "test_scale_out",
+                "test_appliance", "test_warehouse_job", "test_conformance",
+                "test_warehouse_connect", "test_scale_out",
                 "test_cutover", "test_capture_errors", "test_stack_supervision",
                 "test_replica_ownership", "test_search_pressure", "test_stack_search_errors")
 
