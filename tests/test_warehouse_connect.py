@@ -22,8 +22,8 @@ from compose.procs import free_port
 from materializers.warehouse.delta import open_table
 from tests.support.cli import ROOT, assert_clear_error, bottler, clean_env
 from tests.support.databases import execute
+from tests.support.spark_shop import LOAD, QUERIES, SHOP, delta_rows, source_rows
 from tests.support.waiting import wait_for, wait_streaming
-from tests.test_warehouse_spark_route import LOAD, QUERIES, SHOP, delta_rows, source_rows
 
 pytestmark = pytest.mark.stack
 
