@@ -35,7 +35,7 @@ from tests.bench import data
 from tests.bench.ceilings import drop_slot
 from tests.bench.kafka import delete_topics, wait_until
 from tests.bench.latency import _pct, write
-from tests.bench.procs import SNAPSHOT_DONE, CaptureProcess, cpu_over
+from tests.bench.procs import SNAPSHOT_DONE, CaptureProcess, cpu_over, cpu_seconds
 from tests.bench.report import Figure, Target
 
 LOAD_PREFIX, SHOP_PREFIX, LAG_PREFIX = "bench_wh", "bench_wh_shop", "bench_wh_lag"
@@ -140,21 +140,6 @@ def _server(env: dict[str, str]) -> tuple[WarehouseProcess, str]:
     return server, server.wait_line(SERVING, 600)[1][1]
 
 
-def _tree_cpu(pid: int) -> float:
-    """CPU seconds process ``pid`` and its descendants have used so far."""
-    import psutil
-
-    root = psutil.Process(pid)
-    total = 0.0
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            times = proc.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
-
-
 def _topic(ep, env, table: str, rows: int, work: Path, say, server: WarehouseProcess,
            remote: str) -> list[Figure]:
     say(f"warehouse: capture snapshot of {table} into {LOAD_PREFIX}.{table}")
@@ -194,9 +179,9 @@ def _topic(ep, env, table: str, rows: int, work: Path, say, server: WarehousePro
         warming.append(warm.ended - warm.started_at)
         shutil.rmtree(work / f"warm-{n}", ignore_errors=True)
     say("warehouse: the spark route over Spark Connect (--spark-remote), the warm server")
-    server_cpu = _tree_cpu(server.pid)
+    server_cpu = cpu_seconds(server.pid)
     client = _load(env, work / "connect", LOAD_PREFIX, route="spark", remote=remote)
-    server_cpu = _tree_cpu(server.pid) - server_cpu
+    server_cpu = cpu_seconds(server.pid) - server_cpu
     client_s = client.ended - client.started_at
     client_table = DeltaTable(str(work / "connect" / LOAD_PREFIX / "public" / table))
     if client_table.count() != rows:
