@@ -72,6 +72,7 @@ def _pg_unkeyed(sink: PostgresSink, table: TableId, columns: Sequence[str]) -> l
 ADAPTER_MODULES = {"search": "tests.support.conformance_search",
                    "warehouse": "tests.support.conformance_warehouse",
                    "spark": "tests.support.conformance_spark",
+                   "spark-driver": "tests.support.conformance_spark",
                    "spark-connect": "tests.support.conformance_spark"}
 
 
@@ -79,6 +80,7 @@ ADAPTER_MODULES = {"search": "tests.support.conformance_search",
 @pytest.fixture(params=["memory", pytest.param("postgres", marks=pytest.mark.stack),
                         pytest.param("search", marks=pytest.mark.stack), "warehouse",
                         pytest.param("spark", marks=pytest.mark.stack),
+                        pytest.param("spark-driver", marks=pytest.mark.stack),
                         pytest.param("spark-connect", marks=pytest.mark.stack)])
 def adapter(request) -> Iterator[Adapter]:
     with ExitStack() as cleanup:

@@ -24,19 +24,20 @@ from tests.support.topics import read_topic
 from tests.support.waiting import in_thread, wait_for, wait_streaming
 
 
-def load(spark, stack, root: Path, prefix: str) -> None:
+def load(spark, stack, root: Path, prefix: str, driver_merge_below: int = 0) -> None:
     route = SparkRoute(spark, root, bootstrap=stack.kafka, registry=stack.registry_url,
-                       prefix=prefix)
+                       prefix=prefix, driver_merge_below=driver_merge_below)
     try:
         route.run_until_caught_up()
     finally:
         route.close()
 
 
-def converge(spark, stack, root: Path, prefix: str, source: str, timeout=120) -> None:
+def converge(spark, stack, root: Path, prefix: str, source: str, timeout=120,
+             driver_merge_below: int = 0) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        load(spark, stack, root, prefix)
+        load(spark, stack, root, prefix, driver_merge_below)
         diff = {t: (delta_rows(root, t), source_rows(source, t)) for t in QUERIES}
         if all(a == b for a, b in diff.values()):
             return
@@ -46,24 +47,29 @@ def converge(spark, stack, root: Path, prefix: str, source: str, timeout=120) ->
         time.sleep(1)
 
 
+# 0: every commit by delta-spark; 100,000: the CLI's default, the shop's batches merged on the
+# driver by delta-rs (spark_merge.py)
+@pytest.mark.parametrize("below", [0, 100_000], ids=["delta-spark", "on-the-driver"])
 def test_the_spark_route_loads_merges_and_resumes_from_delta(spark_native, stack, source, prefix,
-                                                            start, tmp_path):
+                                                            start, tmp_path, below):
     execute(source, SHOP)
     start(allow_unkeyed=True)
     wait_streaming(source, prefix)
     root = tmp_path / "warehouse" / prefix
-    converge(spark_native, stack, root, prefix, source)
+    converge(spark_native, stack, root, prefix, source, driver_merge_below=below)
     items = open_table(root / "public" / "items")
     first = items.transaction_version(f"bottler:{prefix}.items:0")
     assert first is not None  # the offsets are in the commit
     execute(source, *LOAD)
-    converge(spark_native, stack, root, prefix, source)  # from the offsets Delta recorded
-    items = open_table(root / "public" / "items")
+    converge(spark_native, stack, root, prefix, source, driver_merge_below=below)
+    items = open_table(root / "public" / "items")  # merged from the offsets Delta recorded
     assert items.transaction_version(f"bottler:{prefix}.items:0") > first
-    assert items.history(1)[0]["operation"] == "MERGE"
+    last = items.history(1)[0]
+    assert last["operation"] == "MERGE"
+    assert ("delta-rs" in last.get("clientVersion", "")) == bool(below)  # the engine asked
     assert "_bottler_delete" not in items.schema().to_arrow().names  # the flag stays out
     versions = {t: open_table(root / "public" / t).version() for t in QUERIES}
-    load(spark_native, stack, root, prefix)  # nothing new: no commit
+    load(spark_native, stack, root, prefix, below)  # nothing new: no commit
     assert {t: open_table(root / "public" / t).version() for t in QUERIES} == versions
     # messages that do not decode (an unknown schema id; the latest one's, and a body that is
     # not Avro): set aside with their places, the rest merged
@@ -75,13 +81,13 @@ def test_the_spark_route_loads_merges_and_resumes_from_delta(spark_native, stack
         producer.produce(f"{prefix}.items", key=b"not avro", value=value)
     producer.flush(30)
     execute(source, "update items set name = 'after the poison' where id = 3")
-    converge(spark_native, stack, root, prefix, source)
+    converge(spark_native, stack, root, prefix, source, driver_merge_below=below)
     dead = read_topic(stack.kafka, with_prefix(prefix, DEAD_LETTER))
     assert [m.value() for m in dead] == junk
     assert dict(dead[0].headers())["bottler.topic"] == f"{prefix}.items".encode()
     # the continuous job: a processing-time trigger picks up what comes, then stops when told
     route = SparkRoute(spark_native, root, bootstrap=stack.kafka, registry=stack.registry_url,
-                       prefix=prefix)
+                       prefix=prefix, driver_merge_below=below)
     try:
         with in_thread(lambda stop: route.run(stop, 1.0)):
             execute(source, "update items set name = 'continuous' where id = 4")

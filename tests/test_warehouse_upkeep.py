@@ -1,6 +1,6 @@
 """The spark route's housekeeping without Spark (upkeep.py): VACUUM with the table's own
-retention, the table properties of a retention, and the removal of dead runs' scratch
-checkpoints."""
+retention, the compaction that follows the driver's commits, the table properties of a
+retention, and the removal of dead runs' scratch checkpoints."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 import time
 
 import pyarrow as pa
-from deltalake import write_deltalake
+from deltalake import CommitProperties, Transaction, write_deltalake
 
 from materializers.warehouse import upkeep
 from materializers.warehouse.delta import open_table
@@ -62,6 +62,22 @@ def test_a_vacuum_deletes_the_checksums_whose_commit_the_log_cleanup_removed(tmp
     assert open_table(path).version() == 3
 
 
+def test_small_files_are_compacted_once_there_are_enough_keeping_rows_and_offsets(tmp_path):
+    path = tmp_path / "public" / "items"
+    for n in range(upkeep.AUTO_COMPACT_FILES):  # what the driver's commits leave, a file each
+        txn = CommitProperties(app_transactions=[Transaction("bottler:p.items:0", n + 1)])
+        write_deltalake(path, pa.table({"id": [n]}), mode="append", commit_properties=txn)
+        if n == upkeep.AUTO_COMPACT_FILES - 2:
+            upkeep.compact(path)  # one file short: nothing yet
+            assert len(open_table(path).file_uris()) == n + 1
+    upkeep.compact(path)
+    table = open_table(path)
+    assert len(table.file_uris()) == 1
+    assert sorted(table.to_pyarrow_table()["id"].to_pylist()) == list(
+        range(upkeep.AUTO_COMPACT_FILES))
+    assert table.transaction_version("bottler:p.items:0") == upkeep.AUTO_COMPACT_FILES
+
+
 def test_a_retention_is_both_delta_retentions_in_whole_seconds():
     assert upkeep.retention(24) == {"delta.deletedFileRetentionDuration": "interval 86400 seconds",
                                     "delta.logRetentionDuration": "interval 86400 seconds"}
@@ -69,6 +85,7 @@ def test_a_retention_is_both_delta_retentions_in_whole_seconds():
     assert conf["spark.databricks.delta.properties.defaults.deletedFileRetentionDuration"] == (
         "interval 360 seconds")
     assert conf["spark.databricks.delta.properties.defaults.autoOptimize.autoCompact"] == "true"
+    assert conf["spark.databricks.delta.properties.defaults.checkpointInterval"] == "10"
     assert conf["spark.databricks.delta.writeChecksumFile.enabled"] == "false"  # no .crc
 
 

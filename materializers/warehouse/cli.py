@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 # Delta table wants few commits (each one a log entry and a file), so it waits longer.
 INTERVALS = {"python": 1.0, "spark": 60.0}
 RETENTION_HOURS = 24.0  # --retention-hours' default (upkeep.py)
+# --driver-merge-below's default: a batch of fewer messages of a topic is merged on the driver,
+# by delta-rs (spark_merge.py; docs/warehouse.md, "Small batches merged on the driver")
+DRIVER_MERGE_BELOW = 100_000
 warehouse_app = typer.Typer(no_args_is_help=True, help="Maintain the Delta warehouse tables.")
 
 
@@ -75,6 +78,11 @@ class WarehouseSettings(options.ViewSettings, MetricsSettings):
         "and log entries of older versions, then VACUUM and Delta's log cleanup remove them "
         "(their delta.deletedFileRetentionDuration and delta.logRetentionDuration)")] = Field(
         RETENTION_HOURS, gt=0)
+    driver_merge_below: Annotated[int, Flag(
+        "--driver-merge-below", help="With --route spark: a table's batch of fewer messages is "
+        "merged by delta-rs on the driver, its changes collected as Arrow, instead of by "
+        "delta-spark's MERGE, a dozen Spark jobs (0: every batch by delta-spark)")] = Field(
+        DRIVER_MERGE_BELOW, ge=0)
 
 
 @settings_command
@@ -140,7 +148,8 @@ def load(s: WarehouseSettings, spark: Any, owned: OwnedTopics | None) -> None:
         from materializers.warehouse.upkeep import KeptRoute
 
         job = KeptRoute(spark, prefix_root(s.path, s.topic_prefix),
-                        retention_hours=s.retention_hours, **common)
+                        retention_hours=s.retention_hours,
+                        driver_merge_below=s.driver_merge_below, **common)
     else:
         job = WarehouseJob(spark, str(s.path), **common)
     try:

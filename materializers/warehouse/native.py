@@ -17,6 +17,9 @@ time trigger for the continuous job):
 3. the commits (spark_merge.py): per topic-partition, the last change per key merged (a
    ``max_by`` hash aggregate, then ``DeltaTable.merge``), or the table's first rows appended, or
    an unkeyed table's rows appended; after a truncate the first of them overwrites the table.
+   A topic's batch of fewer than ``driver_merge_below`` messages is one commit by delta-rs on
+   the driver instead, its last change per key collected as Arrow (a MERGE's dozen Spark jobs
+   are most of a small batch's time).
    Each commit records its topic-partition's next offset as its Delta transaction identifier
    (``txnAppId``/``txnVersion``), so a replayed batch commits nothing twice. A table with no
    change in the batch gets no commit. Topics are committed one after another: two at a time,
@@ -102,19 +105,22 @@ class RouteResult:
 
 class SparkRoute:
     """Loads the table topics into Delta tables under ``root`` (the job's prefix_root) with
-    Spark's Kafka source, ``from_avro`` and delta-spark (the module docstring)."""
+    Spark's Kafka source, ``from_avro`` and delta-spark (the module docstring); a topic's
+    batch of fewer than ``driver_merge_below`` messages merged by delta-rs on the driver (0:
+    none; the CLI's ``--driver-merge-below`` defaults to more)."""
 
     def __init__(self, spark: Any, root: Path, *, bootstrap: Connection, registry: Registry,
                  prefix: str = "", topics: Iterable[str] | None = None,
                  on_poison: str = "dead-letter", max_messages: int = 1_000_000,
-                 name: str = "warehouse", owned: OwnedTopics | None = None):
+                 name: str = "warehouse", owned: OwnedTopics | None = None,
+                 driver_merge_below: int = 0):
         self.spark, self.root = spark, Path(root)
         self.bootstrap, self.registry = bootstrap, registry
         self.client = registry_client(registry)
         self.decoder = decoder(registry)  # the truncate events'
         self.prefix, self.name = prefix, name
         self.topics = list(topics) if topics else None
-        self.max_messages = max_messages
+        self.max_messages, self.driver_merge_below = max_messages, driver_merge_below
         self.truncate_topic = with_prefix(prefix, TRUNCATE)
         self.dead_letters = DeadLetters(on_poison, name=name, bootstrap=bootstrap,
                                         topic=with_prefix(prefix, DEAD_LETTER))
@@ -372,7 +378,8 @@ class SparkRoute:
         try:
             self._dead_letters(frame.where("_poison"), topic, result)
             self.sink._check_own(path, schemas.table, targets)
-            write = TopicWrite(self.spark, path, schemas, columns, missing)
+            write = TopicWrite(self.spark, path, schemas, columns, missing,
+                               self.driver_merge_below)
             write.write(frame.where("NOT _poison"), targets, truncated, messages)
         finally:
             frame.unpersist()

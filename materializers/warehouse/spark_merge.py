@@ -20,6 +20,16 @@ twice (its event read again after a crash) gives the same table.
 **A column added with a default.** Before the commits, a table without a column the topic's
 latest schema adds with a default (``pg.missing``) gets it, each of its rows holding the
 default: one overwrite of the table in Spark (no row through Python), without offsets.
+
+**A small batch is committed on the driver.** A topic's batch of fewer than ``driver_below``
+messages (``--driver-merge-below``) is not merged by delta-spark:
+its last change per key (the same ``max_by``, over all its partitions) is collected as Arrow and
+committed by delta-rs (delta.RustDeltaWriter, the python route's writer), one commit for the
+topic carrying every partition's transaction identifier. delta-spark's MERGE is a dozen Spark
+jobs whatever its size (3-4 s a batch on two cores, most of a small batch's time); delta-rs
+merges a few thousand changes in a tenth of a second (docs/warehouse.md, "Small batches on the
+driver"). The driver holds at most that many rows; larger batches, a table's first load among
+them, stay in the JVM.
 """
 
 from __future__ import annotations
@@ -32,7 +42,16 @@ from typing import Any
 from materializers.core.changes import TopicPartition
 from materializers.warehouse import connect
 from materializers.warehouse.batch import DELETE, OFFSET, PARTITION
-from materializers.warehouse.delta import app_id, claim, open_table, stored_offsets, table_schema
+from materializers.warehouse.delta import (
+    Commit,
+    RustDeltaWriter,
+    Source,
+    app_id,
+    claim,
+    open_table,
+    stored_offsets,
+    table_schema,
+)
 from materializers.warehouse.spark_avro import TopicSchemas, rows
 
 # A batch of this many rows or more is checked for keys changed more than once (one hash aggregate
@@ -47,12 +66,14 @@ class TopicWrite:
     """The commits of one table topic's rows of a batch into the Delta table at ``path``:
     ``frame`` holds the decoded rows fit for Delta (``partition``, ``offset``, ``v``, ``k``
     the decoded key, and the ``DELETE`` flag of a tombstone); ``columns``: the Delta columns
-    of ``v``; ``missing``: the defaults struct (spark_avro.missing_struct) or None."""
+    of ``v``; ``missing``: the defaults struct (spark_avro.missing_struct) or None;
+    ``driver_below``: a batch of fewer messages is committed on the driver (the module
+    docstring; 0: never)."""
 
     def __init__(self, spark: Any, path: Path, schemas: TopicSchemas, columns: list[Any],
-                 missing: tuple[Any, dict] | None):
+                 missing: tuple[Any, dict] | None, driver_below: int):
         self.spark, self.path, self.schemas = spark, path, schemas
-        self.columns, self.missing = columns, missing
+        self.columns, self.missing, self.driver_below = columns, missing, driver_below
         self.keys = schemas.key_columns()
         self.changes = self.commits = 0
 
@@ -61,11 +82,14 @@ class TopicWrite:
         """One commit per partition of ``targets`` (partition -> the offset its commit
         records), in ascending order; ``truncated``: the first overwrites the table;
         ``messages``: the rows of ``frame``, about (a batch of ``REPEATS_CHECKED`` or more
-        is checked for keys changed more than once first, :meth:`_repeated`)."""
+        is checked for keys changed more than once first, :meth:`_repeated`; one of fewer
+        than ``driver_below`` is committed on the driver instead, :meth:`_on_driver`)."""
         from pyspark.sql import functions as F  # noqa: N812
 
         if not truncated:
             self._add_defaults()
+        if messages < self.driver_below and self._on_driver(frame, targets, truncated):
+            return
         repeated = ({tp[1] for tp in targets} if self.keys is None or messages < REPEATS_CHECKED
                     else self._repeated(frame))
         first = True
@@ -73,11 +97,9 @@ class TopicWrite:
             part = frame.where(F.col("partition") == tp[1])
             overwrite = truncated and first
             first = False
-            if self.keys is None:  # unkeyed: every upsert appended with its place in the topic
-                source = part.where(f"NOT {DELETE}").select(
-                    *self.columns, F.col("partition").alias(PARTITION),
-                    F.col("offset").alias(OFFSET))
-                self._commit(tp, targets[tp], truncated, self._save(source, overwrite))
+            if self.keys is None:
+                self._commit(tp, targets[tp], truncated, self._save(self._appended(part),
+                                                                    overwrite))
                 continue
             source = self._source(part, tp[1] in repeated)
             if overwrite or open_table(self.path) is None:  # the table's (first) rows
@@ -86,6 +108,35 @@ class TopicWrite:
                 self._commit(tp, targets[tp], truncated, self._save(upserts, overwrite))
             else:
                 self._commit(tp, targets[tp], truncated, lambda _txn, s=source: self._merge(s))
+
+    def _on_driver(self, frame: Any, targets: dict[TopicPartition, int], truncated: bool
+                   ) -> bool:
+        """The batch's commit by delta-rs: its changes, one per key (unkeyed: its upserts with
+        their place), collected as Arrow; the offsets the table does not record yet, in the
+        same commit. False, with nothing written, when there is no table yet and no row to
+        make it with (deletes alone): the Spark commits make it then."""
+        table = open_table(self.path)
+        stored = stored_offsets(table, targets) if table is not None else {}
+        offsets = {tp: o for tp, o in targets.items() if stored.get(tp, -1) < o}
+        if not offsets and not truncated:
+            return True  # a replay: committed already
+        source = (self._appended(frame) if self.keys is None
+                  else self._source(frame, repeated=True))
+        rows = source.toArrow()
+        commit = Commit(self.path, self.keys, truncated,
+                        Source.of(rows) if rows.num_rows else None, offsets)
+        if not RustDeltaWriter().commit(commit):
+            return False
+        self.changes += rows.num_rows
+        self.commits += 1
+        return True
+
+    def _appended(self, frame: Any) -> Any:
+        """An unkeyed table's rows: every upsert, with its place in the topic."""
+        from pyspark.sql import functions as F  # noqa: N812
+
+        return frame.where(f"NOT {DELETE}").select(
+            *self.columns, F.col("partition").alias(PARTITION), F.col("offset").alias(OFFSET))
 
     def _save(self, frame: Any, overwrite: bool) -> Callable[[dict], None]:
         """``write(txn)`` of ``frame``'s rows into the table, appended or overwriting it.

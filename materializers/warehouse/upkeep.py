@@ -5,8 +5,11 @@ weeks (issue 27, item 5). Delta does most of it itself once asked; bottler asks:
   ``delta.autoOptimize.optimizeWrite`` (a commit's rows in as few files as its size needs) and
   ``delta.autoOptimize.autoCompact`` (after a commit leaves ``AUTO_COMPACT_FILES`` small files, a
   compaction commit rewrites them into one): new tables from the session's defaults
-  (``spark.databricks.delta.properties.defaults.*``), older ones (made by the python route, or
-  before) set once when missing. A user's own value stays.
+  (``spark.databricks.delta.properties.defaults.*``), others (made by delta-rs: the python
+  route, a small first batch merged on the driver) set once when missing, by delta-rs. A user's
+  own value stays. delta-spark compacts after its own writes only, so after a batch the driver
+  merged (spark_merge.py), delta-rs compacts the table once it has ``AUTO_COMPACT_FILES`` files
+  under ``SMALL_FILE`` (:func:`compact`), as delta-spark's would.
 - **Retention.** ``delta.deletedFileRetentionDuration`` and ``delta.logRetentionDuration`` are
   ``--retention-hours``: the files older versions used and the log entries are kept that long
   (time travel and readers' running queries), then VACUUM and Delta's log cleanup remove them.
@@ -14,10 +17,11 @@ weeks (issue 27, item 5). Delta does most of it itself once asked; bottler asks:
 - **VACUUM**, from the job between two batches (no commit of its own runs at the same time),
   every ``retention / 4`` (at most hourly): the table's retention, its own property; by
   delta-rs, as ``bottler warehouse vacuum`` (:func:`vacuum`).
-- **Checkpoints**: Delta's own, every ``delta.checkpointInterval`` (10) commits, which is also
-  when it drops the log entries past their retention; after a VACUUM, whose commits may take
-  the versions delta-spark would have checkpointed, one by delta-rs if the log is 10 entries
-  past the last.
+- **Checkpoints**: Delta's own, every ``delta.checkpointInterval`` (10, set on the tables so
+  that delta-rs's commits take it too, its own default being 100) commits, which is also when
+  delta-spark drops the log entries past their retention (after delta-rs's commits, a VACUUM
+  does); after a VACUUM, whose commits may take the versions delta-spark would have
+  checkpointed, one by delta-rs if the log is 10 entries past the last.
 - **Checksums**: none written (``writeChecksumFile.enabled`` off: a ``.crc`` is 3.5-17 KB per
   commit, a third to most of a small table's log, and no reader needs it; the MERGE's Spark
   jobs stay as many, but for three after each checkpoint). Those an earlier run or another
@@ -45,6 +49,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from materializers.core.changes import TopicPartition
 from materializers.warehouse import maintenance
 from materializers.warehouse.delta import open_table
@@ -59,7 +66,9 @@ AUTO_COMPACT_FILES = 20  # small files that make Delta's auto compaction run (De
 # A file auto compaction rewrites is smaller than this (Delta's own: 64 MB, half its target):
 # a large batch's files, tens of MB each, are left as they are
 SMALL_FILE = 8 * 1024 * 1024
-COMPACTION = {"delta.autoOptimize.optimizeWrite": "true", "delta.autoOptimize.autoCompact": "true"}
+# the table properties set when missing (a user's own value stays)
+KEPT = {"delta.autoOptimize.optimizeWrite": "true", "delta.autoOptimize.autoCompact": "true",
+        "delta.checkpointInterval": str(CHECKPOINT_EVERY)}
 _SCRATCH_PID = re.compile(re.escape(CHECKPOINT_PREFIX) + r"(\d+)-")
 
 
@@ -74,7 +83,7 @@ def session_conf(hours: float) -> dict[str, str]:
     """The session settings the housekeeping needs: the new tables' properties, auto
     compaction's threshold, no checksum files."""
     defaults = {f"spark.databricks.delta.properties.defaults.{k.removeprefix('delta.')}": v
-                for k, v in (COMPACTION | retention(hours)).items()}
+                for k, v in (KEPT | retention(hours)).items()}
     return defaults | {"spark.databricks.delta.autoCompact.minNumFiles": str(AUTO_COMPACT_FILES),
                        "spark.databricks.delta.autoCompact.minFileSize": str(SMALL_FILE),
                        "spark.databricks.delta.writeChecksumFile.enabled": "false"}
@@ -93,8 +102,8 @@ class Upkeep:
 
     def after_batch(self, tables: Iterable[Path]) -> None:
         """The tables a batch committed to: their properties as the module docstring says,
-        and a VACUUM of each one whose last is ``every`` seconds old (the first after
-        ``every`` seconds of this run)."""
+        a compaction of their small files when due, and a VACUUM of each one whose last is
+        ``every`` seconds old (the first after ``every`` seconds of this run)."""
         now = time.monotonic()
         for path in tables:
             if path not in self._vacuumed:
@@ -103,18 +112,36 @@ class Upkeep:
             elif now - self._vacuumed[path] >= self.every:
                 vacuum(path)
                 self._vacuumed[path] = time.monotonic()
+            compact(path)
 
     def _properties(self, path: Path) -> None:
+        """The properties the module docstring names, set by delta-rs where missing (one
+        commit, no Spark job)."""
         table = open_table(path)
         if table is None:
             return
         have = table.metadata().configuration
-        wanted = {k: v for k, v in COMPACTION.items() if k not in have}
+        wanted = {k: v for k, v in KEPT.items() if k not in have}
         wanted |= {k: v for k, v in retention(self.hours).items() if have.get(k) != v}
         if wanted:
-            settings = ", ".join(f"'{k}' = '{v}'" for k, v in sorted(wanted.items()))
-            self.spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({settings})")
+            table.alter.set_table_properties(wanted)
             log.info("warehouse: %s set on %s", ", ".join(sorted(wanted)), path)
+
+
+def compact(path: Path) -> None:
+    """The table's files under ``SMALL_FILE`` rewritten into files of up to that size by
+    delta-rs once there are ``AUTO_COMPACT_FILES`` of them, as delta-spark's auto compaction
+    does after its own writes (its minNumFiles, minFileSize): the driver's commits are not
+    followed by it."""
+    table = open_table(path)
+    if table is None:
+        return
+    sizes = pa.table(table.get_add_actions(flatten=True)).column("size_bytes")
+    if (pc.sum(pc.less(sizes, SMALL_FILE)).as_py() or 0) < AUTO_COMPACT_FILES:
+        return
+    metrics = table.optimize.compact(target_size=SMALL_FILE)
+    log.info("warehouse: compacted %s: %s files into %s", path,
+             metrics.get("numFilesRemoved"), metrics.get("numFilesAdded"))
 
 
 def vacuum(path: Path) -> list[str]:
@@ -129,6 +156,10 @@ def vacuum(path: Path) -> list[str]:
     log.info("warehouse: VACUUM of %s: %d files deleted in %.1f s", path, len(gone),
              time.monotonic() - started)
     _checkpointed(path)
+    if (table := open_table(path)) is not None:
+        # the log entries past delta.logRetentionDuration: delta-spark drops them at its own
+        # checkpoints, not at those of delta-rs's commits (the driver's)
+        table.cleanup_metadata()
     _drop_orphan_checksums(path)
     return gone
 

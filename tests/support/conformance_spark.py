@@ -9,11 +9,15 @@ written (before where the tables stand, for a replay) up to the offsets written:
 micro-batch of its streaming query does. The tables are read back with delta-rs, as for the
 default route (conformance_warehouse.py).
 
-``spark-connect``: the same route as a Spark Connect client (``--spark-remote``) of the tests'
-spark route session (tests/support/spark.py), each flush a ``bottler materialize warehouse
---route spark --spark-remote … --once`` process (pyspark takes a process for one kind of
-session: the tests' is a local one). It reads from where the tables stand, so a change written
-again (a replay) is not read again: the table is what it was, as a replay must leave it."""
+``spark`` commits every batch with delta-spark; ``spark-driver`` merges them on the driver with
+delta-rs, as the CLI does a batch under ``--driver-merge-below`` (spark_merge.py).
+
+``spark-connect``: the same route (delta-spark's commits) as a Spark Connect client
+(``--spark-remote``) of the tests' spark route session (tests/support/spark.py), each flush a
+``bottler materialize warehouse --route spark --spark-remote … --once`` process (pyspark takes a
+process for one kind of session: the tests' is a local one). It reads from where the tables
+stand, so a change written again (a replay) is not read again: the table is what it was, as a
+replay must leave it."""
 
 from __future__ import annotations
 
@@ -100,11 +104,12 @@ class Topics:
 class SparkSink:
     """The spark route behind the Sink protocol (see the module docstring)."""
 
-    def __init__(self, spark, stack, topics: Topics, root):
+    def __init__(self, spark, stack, topics: Topics, root, driver_merge_below: int = 0):
         self.root, self.topics = root, topics
         self.route = SparkRoute(
             spark, root, bootstrap=stack.kafka, registry=stack.registry_url,
-            prefix=topics.prefix, topics=[topics.name("p.items"), topics.name("p.log")])
+            prefix=topics.prefix, topics=[topics.name("p.items"), topics.name("p.log")],
+            driver_merge_below=driver_merge_below)
         self.pending: dict[TopicPartition, tuple[int, int]] = {}  # written: (first, end)
 
     def stored_offsets(self, partitions: Sequence[TopicPartition]) -> dict:
@@ -152,7 +157,7 @@ class ConnectSink(SparkSink):
             return
         proc = bottler("materialize", "warehouse", "--route", "spark", "--once",
                        "--spark-remote", self.remote, "--path", str(self.path),
-                       "--topic-prefix", self.topics.prefix,
+                       "--topic-prefix", self.topics.prefix, "--driver-merge-below", "0",
                        "--topic", self.topics.name("p.items"), "--topic",
                        self.topics.name("p.log"), "--broker", self.stack.kafka,
                        "--schema-registry", self.stack.registry_url, timeout=600)
@@ -169,10 +174,11 @@ def adapter(request, cleanup):
     sinks: list[SparkSink] = []
     remote = request.getfixturevalue("spark_sessions").remote  # that session's Connect
     over_connect = request.param == "spark-connect"
+    driver_merge_below = 1_000_000 if request.param == "spark-driver" else 0
 
     def sink(path) -> SparkSink:
         sinks.append(ConnectSink(remote, stack, topics, path) if over_connect
-                     else SparkSink(spark, stack, topics, path))
+                     else SparkSink(spark, stack, topics, path, driver_merge_below))
         return sinks[-1]
 
     def make() -> SparkSink:
