@@ -1,10 +1,10 @@
 """The spark route in a session that stays (materializers/warehouse/connect.py): `bottler
 warehouse serve` serves the route's Spark session over Spark Connect, and `bottler materialize
 warehouse --route spark --spark-remote sc://…` runs as its client, on a real capture: loads,
-MERGEs, a truncate, the continuous job, a client killed with `kill -9` mid-load, each checked
-against the source with delta-rs (the independent reader); and what is wrong with the address
-said in one line. The conformance suite runs through Connect too (tests/test_conformance.py,
-``spark-connect``)."""
+MERGEs (small batches: on the driver), a truncate, the continuous job, a client killed with
+`kill -9` mid-load, each checked against the source with delta-rs (the independent reader); and
+what is wrong with the address said in one line. The conformance suite runs through Connect
+too (tests/test_conformance.py, ``spark-connect``)."""
 
 from __future__ import annotations
 
@@ -82,8 +82,13 @@ def test_the_route_runs_as_a_client_of_the_server(stack, server, source, prefix,
     execute(source, *LOAD)
     converge(stack, server, path, prefix, source)  # from the offsets Delta recorded
     items = open_table(root / "public" / "items")
-    assert items.history(1)[0]["operation"] == "MERGE"  # Delta's SQL MERGE over Connect
+    # a small batch: merged on the driver by delta-rs, its rows collected over Connect (Delta's
+    # SQL MERGE over Connect runs in the conformance suite's spark-connect adapter)
+    assert items.history(1)[0]["operation"] == "MERGE"
+    assert "delta-rs" in items.history(1)[0]["clientVersion"]
     assert "_bottler_delete" not in items.schema().to_arrow().names
+    # the housekeeping's table properties, set by delta-rs (upkeep.py)
+    assert items.metadata().configuration["delta.checkpointInterval"] == "10"
     versions = {t: open_table(root / "public" / t).version() for t in QUERIES}
     proc = client(stack, server, path, prefix, "--once", timeout=600)  # nothing new
     assert proc.returncode == 0, proc.stderr
