@@ -112,6 +112,19 @@ def test_batches_checked_for_repeated_keys_dedupe_only_where_one_repeats(
     assert open_table(root / "public" / "items").history(1)[0]["operation"] == "MERGE"
 
 
+def test_the_driver_keeps_each_keys_last_change_by_partition_then_offset():
+    import pyarrow as pa
+
+    changes = pa.table({"id": [1, 2, 1, 3, 2, 1], "name": ["a", "b", "c", "d", "e", "f"],
+                        "_bottler_delete": [False, False, True, False, False, False],
+                        "partition": [0, 0, 0, 1, 1, 0], "offset": [5, 6, 7, 1, 0, 2]})
+    last = spark_merge.last_per_key(changes, ["id"])
+    assert sorted(last.to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "name": "c", "_bottler_delete": True},  # offset 7 after 5 and 2
+        {"id": 2, "name": "e", "_bottler_delete": False},  # a key that moved: the higher partition
+        {"id": 3, "name": "d", "_bottler_delete": False}]
+
+
 def test_a_jar_missing_or_not_matching_is_one_line_naming_the_pin(tmp_path):
     for name in ("spark-sql-kafka-0-10_2.13-4.1.0.jar", "spark-avro_2.13-4.1.0.jar",
                  "delta-spark_4.1_2.13-4.3.0.jar"):

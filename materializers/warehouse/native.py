@@ -343,7 +343,8 @@ class SparkRoute:
     def _topic(self, frame: Any, topic: str, targets: dict[TopicPartition, int],
                truncated: bool, messages: int) -> RouteResult:
         """The ``messages`` rows of ``topic`` decoded, its poison set aside, the rest committed:
-        one commit per partition of ``targets`` (spark_merge.py)."""
+        one commit per partition of ``targets`` (spark_merge.py), or, under
+        ``driver_merge_below`` messages, one on the driver."""
         from pyspark.sql import functions as F  # noqa: N812
 
         result = RouteResult()
@@ -369,28 +370,36 @@ class SparkRoute:
                                                | undecoded(schemas, "v"))
         if unfit is not None:
             poison = poison | (F.col("v").isNotNull() & unfit)
-        # decoded once and cached: the poison rows are looked for in what the commits then
-        # read; the message's bytes are kept for the poison rows alone (their dead letters)
         frame = frame.select(
             "partition", "offset", "v", "k", F.col("value").isNull().alias(DELETE),
             poison.alias("_poison"), *(F.when(poison, F.col(c)).alias(c) for c in ("key", "value"))
-        ).persist()
-        try:
-            self._dead_letters(frame.where("_poison"), topic, result)
-            self.sink._check_own(path, schemas.table, targets)
-            write = TopicWrite(self.spark, path, schemas, columns, missing,
-                               self.driver_merge_below)
-            write.write(frame.where("NOT _poison"), targets, truncated, messages)
-        finally:
-            frame.unpersist()
+        )
+        self.sink._check_own(path, schemas.table, targets)
+        write = TopicWrite(self.spark, path, schemas, columns, missing)
+        if messages < self.driver_merge_below:  # one Spark job, the commit on the driver
+            changes, poisoned = write.collect(frame)
+            self._dead_letters(poisoned.to_pylist(), topic, result)
+            if not write.on_driver(changes, targets, truncated):
+                self.sink._store_elsewhere(targets)  # deletes alone, and no table to hold them
+        else:
+            # decoded once and cached: the poison rows are looked for in what the commits then
+            # read; the message's bytes are kept for the poison rows alone (their dead letters)
+            frame = frame.persist()
+            try:
+                self._dead_letters(frame.where("_poison").select(
+                    "partition", "offset", "key", "value").collect(), topic, result)
+                write.write(frame.where("NOT _poison"), targets, truncated, messages)
+            finally:
+                frame.unpersist()
         result.changes += write.changes
         result.commits += write.commits
         return result
 
-    def _dead_letters(self, poison: Any, topic: str, result: RouteResult) -> None:
-        """Messages that do not decode, or whose values Delta cannot hold: a handful, collected
-        by their place and set aside under the poison policy."""
-        for row in poison.select("partition", "offset", "key", "value").collect():
+    def _dead_letters(self, poison: Iterable[Any], topic: str, result: RouteResult) -> None:
+        """Messages that do not decode, or whose values Delta cannot hold (a handful, each with
+        its ``partition``, ``offset``, ``key`` and ``value``), set aside under the poison
+        policy."""
+        for row in poison:
             self.dead_letters.at(topic, row["partition"], row["offset"],
                                  "does not decode with its schema id's writer schema, or holds "
                                  "a value Delta cannot", "DecodeError",

@@ -21,15 +21,17 @@ twice (its event read again after a crash) gives the same table.
 latest schema adds with a default (``pg.missing``) gets it, each of its rows holding the
 default: one overwrite of the table in Spark (no row through Python), without offsets.
 
-**A small batch is committed on the driver.** A topic's batch of fewer than ``driver_below``
-messages (``--driver-merge-below``) is not merged by delta-spark:
-its last change per key (the same ``max_by``, over all its partitions) is collected as Arrow and
-committed by delta-rs (delta.RustDeltaWriter, the python route's writer), one commit for the
-topic carrying every partition's transaction identifier. delta-spark's MERGE is a dozen Spark
-jobs whatever its size (3-4 s a batch on two cores, most of a small batch's time); delta-rs
-merges a few thousand changes in a tenth of a second (docs/warehouse.md, "Small batches on the
-driver"). The driver holds at most that many rows; larger batches, a table's first load among
-them, stay in the JVM.
+**A small batch is committed on the driver.** A topic's batch of fewer than
+``--driver-merge-below`` messages (native.py decides) is not merged by delta-spark: its decoded
+rows and its poison rows come to the driver as Arrow in one Spark job of one stage
+(:meth:`TopicWrite.collect`: no cache, no shuffle), the last change per key is kept there
+(:func:`last_per_key`, by (partition, offset) as the ``max_by`` does) and delta-rs commits them
+(delta.RustDeltaWriter, the python route's writer), one commit for the topic carrying every
+partition's transaction identifier. delta-spark's MERGE is a dozen Spark jobs whatever its size
+(3-4 s a batch on two cores, most of a small batch's time); delta-rs merges a few thousand
+changes in a tenth of a second (docs/warehouse.md, "Small batches merged on the driver"). The
+driver holds at most that many rows; larger batches, a table's first load among them, stay in
+the JVM.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from materializers.core.changes import TopicPartition
 from materializers.warehouse import connect
@@ -66,14 +71,13 @@ class TopicWrite:
     """The commits of one table topic's rows of a batch into the Delta table at ``path``:
     ``frame`` holds the decoded rows fit for Delta (``partition``, ``offset``, ``v``, ``k``
     the decoded key, and the ``DELETE`` flag of a tombstone); ``columns``: the Delta columns
-    of ``v``; ``missing``: the defaults struct (spark_avro.missing_struct) or None;
-    ``driver_below``: a batch of fewer messages is committed on the driver (the module
-    docstring; 0: never)."""
+    of ``v``; ``missing``: the defaults struct (spark_avro.missing_struct) or None. A small
+    batch's commit is made on the driver instead (:meth:`collect`, :meth:`on_driver`)."""
 
     def __init__(self, spark: Any, path: Path, schemas: TopicSchemas, columns: list[Any],
-                 missing: tuple[Any, dict] | None, driver_below: int):
+                 missing: tuple[Any, dict] | None):
         self.spark, self.path, self.schemas = spark, path, schemas
-        self.columns, self.missing, self.driver_below = columns, missing, driver_below
+        self.columns, self.missing = columns, missing
         self.keys = schemas.key_columns()
         self.changes = self.commits = 0
 
@@ -82,14 +86,11 @@ class TopicWrite:
         """One commit per partition of ``targets`` (partition -> the offset its commit
         records), in ascending order; ``truncated``: the first overwrites the table;
         ``messages``: the rows of ``frame``, about (a batch of ``REPEATS_CHECKED`` or more
-        is checked for keys changed more than once first, :meth:`_repeated`; one of fewer
-        than ``driver_below`` is committed on the driver instead, :meth:`_on_driver`)."""
+        is checked for keys changed more than once first, :meth:`_repeated`)."""
         from pyspark.sql import functions as F  # noqa: N812
 
         if not truncated:
             self._add_defaults()
-        if messages < self.driver_below and self._on_driver(frame, targets, truncated):
-            return
         repeated = ({tp[1] for tp in targets} if self.keys is None or messages < REPEATS_CHECKED
                     else self._repeated(frame))
         first = True
@@ -109,20 +110,43 @@ class TopicWrite:
             else:
                 self._commit(tp, targets[tp], truncated, lambda _txn, s=source: self._merge(s))
 
-    def _on_driver(self, frame: Any, targets: dict[TopicPartition, int], truncated: bool
-                   ) -> bool:
-        """The batch's commit by delta-rs: its changes, one per key (unkeyed: its upserts with
-        their place), collected as Arrow; the offsets the table does not record yet, in the
-        same commit. False, with nothing written, when there is no table yet and no row to
-        make it with (deletes alone): the Spark commits make it then."""
+    def collect(self, frame: Any) -> tuple[pa.Table, pa.Table]:
+        """The batch's rows on the driver, as Arrow, in one Spark job of one stage (the
+        decode and the poison search in it, no cache): its changes (the Delta columns, the
+        key's, the ``DELETE`` flag, their ``partition`` and ``offset``; unkeyed, the upserts)
+        and its poison rows' messages (``partition``, ``offset``, ``key``, ``value``). Each
+        branch of the union reads the batch's few Kafka rows itself: cheaper than a cache,
+        and its jobs."""
+        from pyspark.sql import functions as F  # noqa: N812
+
+        place = ["partition", "offset"]
+        good = frame.where("NOT _poison")
+        changes = (self._appended(good) if self.keys is None
+                   else self._source(good, repeated=False, keep=place))
+        poison = frame.where("_poison").select(*place, "key", "value")
+        both = (changes.withColumn("_poison", F.lit(False))
+                .unionByName(poison.withColumn("_poison", F.lit(True)),
+                             allowMissingColumns=True).toArrow())
+        flag = both.column("_poison")
+        poison_only = ["key", "value", *(place if self.keys is None else [])]
+        return (both.filter(pc.invert(flag)).drop_columns(["_poison", *poison_only]),
+                both.filter(flag).select([*place, "key", "value"]))
+
+    def on_driver(self, changes: pa.Table, targets: dict[TopicPartition, int],
+                  truncated: bool) -> bool:
+        """The batch's commit by delta-rs, of :meth:`collect`'s ``changes``: the last change
+        per key by (partition, offset), unkeyed every upsert with its place; the offsets the
+        table does not record yet in the same commit. False, with nothing written, when
+        there is no table and no row to make it with (deletes alone): the offsets are then
+        the caller's to keep."""
+        if not truncated:
+            self._add_defaults()
         table = open_table(self.path)
         stored = stored_offsets(table, targets) if table is not None else {}
         offsets = {tp: o for tp, o in targets.items() if stored.get(tp, -1) < o}
         if not offsets and not truncated:
             return True  # a replay: committed already
-        source = (self._appended(frame) if self.keys is None
-                  else self._source(frame, repeated=True))
-        rows = source.toArrow()
+        rows = changes if self.keys is None else last_per_key(changes, self.keys)
         commit = Commit(self.path, self.keys, truncated,
                         Source.of(rows) if rows.num_rows else None, offsets)
         if not RustDeltaWriter().commit(commit):
@@ -157,19 +181,21 @@ class TopicWrite:
                  .select("partition").distinct().collect())
         return {row["partition"] for row in found}
 
-    def _source(self, frame: Any, repeated: bool) -> Any:
+    def _source(self, frame: Any, repeated: bool, keep: list[str] | None = None) -> Any:
         """A partition's changes, one per key: the Delta columns, the key's columns (a
-        delete's come from its key) and the DELETE flag. ``repeated``: a key has several
-        changes, and the last by offset is kept (``max_by``, whose struct buffer makes it a
-        sort aggregate: two sorts of the rows, the dedupe's cost)."""
+        delete's come from its key), the DELETE flag, and ``keep``'s columns of ``frame``.
+        ``repeated``: a key has several changes, and the last by offset is kept (``max_by``,
+        whose struct buffer makes it a sort aggregate: two sorts of the rows, the dedupe's
+        cost)."""
         from pyspark.sql import functions as F  # noqa: N812
 
+        keep = keep or []
         key_columns, _ = rows(self.schemas.latest_key, "k", "_key_")
         keyed = frame.select("partition", "offset", "v", "k", DELETE)
         if repeated:
             keyed = keyed.groupBy("k").agg(F.max_by(F.struct("v", DELETE), F.struct(
                 "partition", "offset")).alias("last")).select("k", "last.*")
-        source = keyed.select(*self.columns, *key_columns, DELETE)
+        source = keyed.select(*self.columns, *key_columns, DELETE, *keep)
         for k in self.keys:
             source = source.withColumn(k, F.coalesce(F.col(k), F.col(f"_key_{k}")))
         return source.drop(*[f"_key_{k}" for k in self.keys])
@@ -252,6 +278,16 @@ class TopicWrite:
          .write.format("delta").mode("overwrite").option("mergeSchema", "true")
          .option("userMetadata", "bottler: added " + ", ".join(new) + " with their defaults")
          .save(str(self.path)))
+
+
+def last_per_key(changes: pa.Table, keys: list[str]) -> pa.Table:
+    """Each key's last change of ``changes`` by (``partition``, ``offset``), without
+    those two columns: the driver's side of the dedupe ``TopicWrite._source`` does in Spark
+    (a key's changes are in one partition; one that moved keeps the higher partition's)."""
+    ordered = changes.sort_by([("partition", "ascending"), ("offset", "ascending")])
+    ordered = ordered.append_column("_row", pa.array(range(ordered.num_rows), pa.int64()))
+    last = ordered.group_by(keys, use_threads=False).aggregate([("_row", "max")])
+    return ordered.take(last.column("_row_max")).drop_columns(["_row", "partition", "offset"])
 
 
 def _rows(table: Any) -> int:
