@@ -376,7 +376,7 @@ class SparkRoute:
         )
         self.sink._check_own(path, schemas.table, targets)
         write = TopicWrite(self.spark, path, schemas, columns, missing)
-        if messages < self.driver_merge_below:  # one Spark job, the commit on the driver
+        if messages < self.driver_merge_below:  # the commit on the driver
             changes, poisoned = write.collect(frame)
             self._dead_letters(poisoned.to_pylist(), topic, result)
             if not write.on_driver(changes, targets, truncated):
