@@ -8,6 +8,7 @@ in ``JAVA_HOME``): `make test-opensearch3` runs the search tests against it."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +51,6 @@ JVM_OPTIONS = [
 
 SETTINGS = {
     "cluster.name": "bottler",
-    "node.name": "bottler",
     # one node that elects itself, and nothing waits for others
     "discovery.type": "single-node",
     "network.host": "127.0.0.1",
@@ -63,7 +63,9 @@ SETTINGS = {
 class SearchEngineNode:
     """The node's files under ``<stack>/search-engine`` (``search-engine-opensearch3`` for that
     engine): its settings (config/opensearch.yml) and data (node_1/). ``transport_port`` is
-    the node-to-node port, bound on loopback too."""
+    the node-to-node port, bound on loopback too. Its ``name`` is its home's: readiness asks
+    the port for it, so that another stack's node, started on the same free port in the moment
+    between its choice and this node's bind, is not taken for this one."""
 
     def __init__(self, stack: Path, port: int, transport_port: int | None = None,
                  settings: dict[str, str] | None = None):
@@ -74,6 +76,8 @@ class SearchEngineNode:
         self.port = port
         self.transport_port = transport_port
         self.extra = settings or {}
+        digest = hashlib.sha256(str(self.home.resolve()).encode()).hexdigest()[:12]
+        self.name = f"bottler-{digest}"
 
     @property
     def config(self) -> Path:
@@ -82,6 +86,7 @@ class SearchEngineNode:
     def settings(self) -> dict[str, str]:
         return {
             **SETTINGS,
+            "node.name": self.name,
             "http.port": str(self.port),
             # a free one in the range unless given: several stacks run side by side in tests
             "transport.port": str(self.transport_port or "9300-9400"),

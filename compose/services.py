@@ -175,10 +175,22 @@ def broker(root: Path, port: int, controller_port: int, cluster_id: str,
     )
 
 
-def search_ready(port: int) -> Callable[[], bool]:
-    """Ready once the node has recovered its cluster state (its HTTP port answers a moment
-    before: with 503s)."""
-    return http_ok(f"http://127.0.0.1:{port}/_cluster/health?wait_for_status=yellow&timeout=1s")
+def search_ready(port: int, name: str) -> Callable[[], bool]:
+    """Ready once the node called ``name`` answers on ``port`` and has recovered its cluster
+    state (its HTTP port answers a moment before: with 503s). Another node there (another
+    stack's, which took the free port first) is not ready: this one then fails to bind it,
+    and its start fails."""
+    url = f"http://127.0.0.1:{port}"
+    health = http_ok(f"{url}/_cluster/health?wait_for_status=yellow&timeout=1s")
+
+    def check() -> bool:
+        try:
+            answer = httpx.get(url, timeout=1.0)
+            return answer.status_code == 200 and answer.json().get("name") == name and health()
+        except (httpx.HTTPError, ValueError):
+            return False
+
+    return check
 
 
 def search_engine(root: Path, port: int, settings: dict[str, str] | None = None) -> Service:
@@ -192,7 +204,7 @@ def search_engine(root: Path, port: int, settings: dict[str, str] | None = None)
         check=node.check,
         explain=opensearch.missing_jar,
         marker=opensearch.LAUNCHER,
-        ready=search_ready(port),
+        ready=search_ready(port, node.name),
         pidfile=root / "run" / "search-engine.pid",
         log=root / "logs" / "search-engine.log",
         stack=root,

@@ -23,13 +23,14 @@ class OwnSearchEngine:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = home / "search-engine.log"
-        argv = SearchEngineNode(home, self.port, settings=settings).prepare()
+        self.node = SearchEngineNode(home, self.port, settings=settings)
+        argv = self.node.prepare()
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
 
     def wait_ready(self) -> str:
         """Its URL, once it answers (a JVM takes a while: a test may do its setup meanwhile)."""
-        answers = search_ready(self.port)
+        answers = search_ready(self.port, self.node.name)
 
         def ready() -> bool:
             assert self.process.poll() is None, self.log.read_text()[-3000:]
