@@ -129,17 +129,18 @@ class TopicWrite:
     def on_driver(self, changes: pa.Table, targets: dict[TopicPartition, int],
                   truncated: bool) -> bool:
         """The batch's commit by delta-rs, of :meth:`collect`'s ``changes``: the last change
-        per key by (partition, offset), unkeyed every upsert with its place; the offsets the
-        table does not record yet in the same commit. False, with nothing written, when
-        there is no table and no row to make it with (deletes alone): the offsets are then
-        the caller's to keep."""
+        per key by (partition, offset), unkeyed every upsert with its place; the offsets in
+        the same commit. ``targets`` holds the partitions the table does not record as done
+        (native.py leaves the others out), or after a truncate every one: those the table
+        records already keep their identifier, as in :meth:`_commit`. False, with nothing
+        written, when there is no table and no row to make it with (deletes alone): the
+        offsets are then the caller's to keep."""
+        offsets = targets
         if not truncated:
             self._add_defaults()
-        table = open_table(self.path)
-        stored = stored_offsets(table, targets) if table is not None else {}
-        offsets = {tp: o for tp, o in targets.items() if stored.get(tp, -1) < o}
-        if not offsets and not truncated:
-            return True  # a replay: committed already
+        elif (table := open_table(self.path)) is not None:
+            stored = stored_offsets(table, targets)
+            offsets = {tp: o for tp, o in targets.items() if stored.get(tp, -1) < o}
         rows = changes if self.keys is None else last_per_key(changes, self.keys)
         commit = Commit(self.path, self.keys, truncated,
                         Source.of(rows) if rows.num_rows else None, offsets)
