@@ -117,7 +117,8 @@ def test_the_driver_keeps_each_keys_last_change_by_partition_then_offset():
 
     changes = pa.table({"id": [1, 2, 1, 3, 2, 1], "name": ["a", "b", "c", "d", "e", "f"],
                         "_bottler_delete": [False, False, True, False, False, False],
-                        "partition": [0, 0, 0, 1, 1, 0], "offset": [5, 6, 7, 1, 0, 2]})
+                        "_bottler_partition": [0, 0, 0, 1, 1, 0],
+                        "_bottler_offset": [5, 6, 7, 1, 0, 2]})
     last = spark_merge.last_per_key(changes, ["id"])
     assert sorted(last.to_pylist(), key=lambda r: r["id"]) == [
         {"id": 1, "name": "c", "_bottler_delete": True},  # offset 7 after 5 and 2
@@ -218,6 +219,57 @@ def test_two_partitions_array_columns_and_a_truncate(spark_native, stack, source
             " null), (102, '[0:1]={x,y}', null, null)",
             "update tags set names = '{w}' where id = 100")
     converge()
+
+
+CLASH = """
+create table clash (id int primary key, "partition" int, "offset" bigint, key text, value text,
+                    v text, k text);
+insert into clash select g, g % 3, g * 10, 'k' || g, 'v' || g, 'v', 'k'
+                  from generate_series(1, 30) g;
+create table clash_log ("partition" int, "offset" bigint, key text, value text);
+insert into clash_log select g % 3, g, 'k' || g, null from generate_series(1, 10) g;
+"""
+
+
+@pytest.mark.parametrize("below", [0, 100_000], ids=["delta-spark", "on-the-driver"])
+def test_columns_named_like_the_kafka_rows_own_columns_load_as_theirs(
+        spark_native, stack, source, prefix, start, tmp_path, below):
+    """A table's columns named as Spark's Kafka rows' (``partition``, ``offset``, ``key``,
+    ``value``) or as the decoded structs (``v``, ``k``) hold the table's values, keyed or
+    unkeyed, whoever commits."""
+    import psycopg
+
+    execute(source, CLASH)
+    start(allow_unkeyed=True)
+    wait_streaming(source, prefix)
+    root = tmp_path / "warehouse" / prefix
+    columns = {"clash": ["id", "partition", "offset", "key", "value", "v", "k"],
+               "clash_log": ["partition", "offset", "key", "value"]}
+
+    def same() -> bool:
+        for table, names in columns.items():
+            quoted = ", ".join(f'"{n}"' for n in names)
+            with psycopg.connect(source) as conn:
+                want = sorted(conn.execute(f"select {quoted} from {table}").fetchall(), key=repr)
+            delta = open_table(root / "public" / table)
+            got = [] if delta is None else sorted(
+                (tuple(r.values()) for r in delta.to_pyarrow_table(columns=names).to_pylist()),
+                key=repr)
+            if got != want:
+                return False
+        return True
+
+    def converge():
+        wait_for(lambda: load(spark_native, stack, root, prefix, below) or same(), 180,
+                 "the Delta tables equal to the source")
+
+    converge()
+    execute(source, 'update clash set "offset" = -1, value = null where id = 4',
+            "delete from clash where id = 5",
+            "insert into clash_log values (9, 99, 'new', 'x')")
+    converge()
+    last = open_table(root / "public" / "clash").history(1)[0]
+    assert ("delta-rs" in last.get("clientVersion", "")) == bool(below)  # the engine asked
 
 
 def test_a_truncate_read_after_the_rows_that_followed_it(spark_native, stack, tmp_path):
