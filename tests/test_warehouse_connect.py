@@ -2,9 +2,10 @@
 warehouse serve` serves the route's Spark session over Spark Connect, and `bottler materialize
 warehouse --route spark --spark-remote sc://…` runs as its client, on a real capture: loads,
 MERGEs (small batches: on the driver), a truncate, the continuous job, a client killed with
-`kill -9` mid-load, each checked against the source with delta-rs (the independent reader); and
-what is wrong with the address said in one line. The conformance suite runs through Connect
-too (tests/test_conformance.py, ``spark-connect``)."""
+`kill -9` mid-load, the server killed under a client (one line, then the next run resumes),
+each checked against the source with delta-rs (the independent reader); and what is wrong
+with the address said in one line. The conformance suite runs through Connect too
+(tests/test_conformance.py, ``spark-connect``)."""
 
 from __future__ import annotations
 
@@ -28,11 +29,9 @@ from tests.support.waiting import wait_for, wait_streaming
 pytestmark = pytest.mark.stack
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[str]:
-    """`bottler warehouse serve` on a free port, for the module; its address."""
+def serve(log: Path) -> tuple[subprocess.Popen, str]:
+    """`bottler warehouse serve` on a free port, serving; the process and its address."""
     port = free_port()
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "bottler", "warehouse", "serve",
                                  "--port", str(port)], cwd=ROOT, env=clean_env(),
@@ -41,7 +40,19 @@ def server(tmp_path_factory) -> Iterator[str]:
         wait_for(lambda: "serving the spark route's session" in log.read_text()
                  or proc.poll() is not None, 600, "the Spark Connect server's start")
         assert proc.poll() is None, log.read_text()
-        yield f"sc://127.0.0.1:{port}"
+    except BaseException:
+        proc.kill()
+        raise
+    return proc, f"sc://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[str]:
+    """:func:`serve`, for the module; its address."""
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    proc, address = serve(log)
+    try:
+        yield address
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, log.read_text()[-3000:]
@@ -131,6 +142,41 @@ def test_a_client_killed_mid_load_loses_nothing(stack, server, source, prefix, s
         job.wait(30)
     proc = bottler(*args, timeout=900)  # the next run resumes from where Delta stands
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    ids = open_table(table).to_pyarrow_table(columns=["id"]).column("id").to_pylist()
+    assert sorted(ids) == list(range(1, 200001))
+
+
+def test_a_server_killed_mid_load_is_one_line_and_the_next_run_loses_nothing(
+        stack, server, source, prefix, start, tmp_path):
+    """The server killed with `kill -9` under a continuous client: the client ends with one
+    line in about a minute (pyspark's own retries would wait ten, silently), and the next run,
+    as a client of another server, loads every row."""
+    execute(source, "create table big (id int primary key, body text)",
+            "insert into big select g, repeat('x', 200) || g from generate_series(1, 200000) g")
+    start()
+    wait_streaming(source, prefix)
+    doomed, address = serve(tmp_path / "doomed.log")
+    path = tmp_path / "warehouse"
+    args = [*job_args(stack, address, path, prefix), "--interval", "1", "--max-messages", "50000"]
+    job = subprocess.Popen([sys.executable, "-m", "bottler", *args], cwd=ROOT, env=clean_env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    table = path / prefix / "public" / "big"
+    try:
+        try:  # killed once the first batch is in, before the last
+            wait_for(lambda: open_table(table) is not None or job.poll() is not None, 600,
+                     "the first batch's commit")
+        finally:
+            doomed.kill()
+            doomed.wait(60)
+        out, err = job.communicate(timeout=600)  # the retries' minute, on a busy machine
+    finally:
+        job.kill()
+    text = assert_clear_error(subprocess.CompletedProcess(args, job.returncode, out, err),
+                              f"the Spark Connect server at {address} stopped answering",
+                              "the next run resumes")
+    assert "asking again" in err, err  # the retries said while they last
+    proc = client(stack, server, path, prefix, "--once", timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr + text
     ids = open_table(table).to_pyarrow_table(columns=["id"]).column("id").to_pylist()
     assert sorted(ids) == list(range(1, 200001))
 

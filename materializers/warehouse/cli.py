@@ -100,13 +100,10 @@ def materialize_warehouse(s: WarehouseSettings) -> None:
     if s.spark_remote:
         from materializers.warehouse import connect
 
-        spark = connect.session(s.spark_remote)
-        log.info("warehouse: a session of %s in %.1f s", s.spark_remote,
-                 time.monotonic() - started)
-        try:
+        with connect.remote_session(s.spark_remote) as spark:
+            log.info("warehouse: a session of %s in %.1f s", s.spark_remote,
+                     time.monotonic() - started)
             load(s, spark, owned)
-        finally:
-            spark.stop()  # this session's, on the server; the server stays
         return
     try:
         spark = spark_session(s.master, driver_host=s.driver_host, route=s.route, once=s.once)

@@ -23,8 +23,8 @@ default: one overwrite of the table in Spark (no row through Python), without of
 
 **A small batch is committed on the driver.** A topic's batch of fewer than
 ``--driver-merge-below`` messages (native.py decides) is not merged by delta-spark: its decoded
-rows and its poison rows come to the driver as Arrow (:meth:`TopicWrite.collect`: decoded once
-into a cache, no shuffle), the last change per key is kept there
+rows and its poison rows come to the driver as Arrow (:meth:`TopicWrite.collect`: one Spark
+job, one decode, no shuffle), the last change per key is kept there
 (:func:`last_per_key`, by (partition, offset) as the ``max_by`` does) and delta-rs commits them
 (delta.RustDeltaWriter, the python route's writer), one commit for the topic carrying every
 partition's transaction identifier. delta-spark's MERGE is a dozen Spark jobs whatever its size
