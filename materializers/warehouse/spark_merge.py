@@ -201,11 +201,10 @@ class TopicWrite:
 
         keep = keep or []
         key_columns, _ = rows(self.schemas.latest_key, "k", "_key_")
-        keyed = frame
         if repeated:
-            keyed = keyed.groupBy("k").agg(F.max_by(F.struct("v", DELETE), F.struct(
+            frame = frame.groupBy("k").agg(F.max_by(F.struct("v", DELETE), F.struct(
                 "partition", "offset")).alias("last")).select("k", "last.*")
-        source = keyed.select(*self.columns, *key_columns, DELETE, *keep)
+        source = frame.select(*self.columns, *key_columns, DELETE, *keep)
         for k in self.keys:
             source = source.withColumn(k, F.coalesce(F.col(k), F.col(f"_key_{k}")))
         return source.drop(*[f"_key_{k}" for k in self.keys])
