@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 # The continuous job's trigger, per route: the spark route commits per table and trigger, and a
 # Delta table wants few commits (each one a log entry and a file), so it waits longer.
 INTERVALS = {"python": 1.0, "spark": 60.0}
+# --max-messages' default, per route: the spark route's batch stays in the JVM (its cache
+# spills to disk past memory), and a table's first load split over batches makes each batch
+# after the first a MERGE into the rows before it (docs/warehouse.md, "The Kafka read")
+MAX_MESSAGES = {"python": 1_000_000, "spark": 5_000_000}
 RETENTION_HOURS = 24.0  # --retention-hours' default (upkeep.py)
 # --driver-merge-below's default: a batch of fewer messages of a topic is merged on the driver,
 # by delta-rs (spark_merge.py; docs/warehouse.md, "Small batches merged on the driver")
@@ -58,9 +62,10 @@ class WarehouseSettings(options.ViewSettings, MetricsSettings):
         "--driver-host", help="Address the Spark driver listens on, for its executors "
         "(127.0.0.1: this machine only)")] = Field(
         "127.0.0.1", validation_alias=env("BOTTLER_SPARK_DRIVER_HOST"))
-    max_messages: Annotated[int, Flag(
-        "--max-messages", help="Offsets per partition per micro-batch, at most")] = Field(
-        1_000_000, ge=1)
+    max_messages: Annotated[int | None, Flag(  # None: MAX_MESSAGES[route]
+        "--max-messages", help="Offsets per partition per micro-batch, at most",
+        shown=f"{MAX_MESSAGES['python']:,}; {MAX_MESSAGES['spark']:,} with --route spark")
+    ] = Field(None, ge=1)
     interval: Annotated[float | None, Flag(  # None: INTERVALS[route]
         "--interval", help="Seconds between micro-batches when idle",
         shown=f"{INTERVALS['python']:g}; {INTERVALS['spark']:g} with --route spark")] = Field(
@@ -140,7 +145,7 @@ def load(s: WarehouseSettings, spark: Any, owned: OwnedTopics | None) -> None:
 
     common = dict(bootstrap=s.kafka, registry=s.schema_registry, prefix=s.topic_prefix,
                   topics=s.topics or None, on_poison=s.on_poison,
-                  max_messages=s.max_messages, owned=owned)
+                  max_messages=s.max_messages or MAX_MESSAGES[s.route], owned=owned)
     if s.route == "spark":
         from materializers.warehouse.upkeep import KeptRoute
 

@@ -14,6 +14,7 @@ from common.registry_client import Registry
 from materializers.warehouse.source import SCHEMA
 
 CONNECTOR = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+POLL_RECORDS = 10_000  # the Java consumer's max.poll.records (librdkafka has no such property)
 
 
 def java_properties(connection: Connection) -> dict[str, str]:
@@ -42,6 +43,9 @@ def java_properties(connection: Connection) -> dict[str, str]:
     # The Java client reads uncommitted data by default: a Kafka transaction (a streamed
     # transaction of the capture, a translator's batch) is read whole once committed, or never.
     out.setdefault("isolation.level", "read_committed")
+    # Spark's consumer polls until its range is read: at the Java client's 500 records a
+    # poll, a million rows take 2,000 polls (docs/warehouse.md, "The Kafka read")
+    out.setdefault("max.poll.records", str(POLL_RECORDS))
     return {f"kafka.{k}": v for k, v in out.items()}
 
 

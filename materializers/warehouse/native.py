@@ -76,6 +76,9 @@ from schemas.topics import DEAD_LETTER, TRUNCATE, table_topics, with_prefix
 log = logging.getLogger(__name__)
 
 ROUTES = ("python", "spark")  # --route: today's default, and this module
+# offsets a Spark task reads at most: a batch of --max-messages (5M a partition by default)
+# in tasks whose cached share and spills stay bounded
+TASK_RECORDS = 1_000_000
 STOP_TIMEOUT = 10.0  # seconds a stopped query has for its batch (commits are atomic)
 # the query's scratch checkpoint, named with the job's pid (upkeep.py removes a dead run's)
 CHECKPOINT_PREFIX = "bottler-warehouse-checkpoint-"
@@ -111,7 +114,7 @@ class SparkRoute:
 
     def __init__(self, spark: Any, root: Path, *, bootstrap: Connection, registry: Registry,
                  prefix: str = "", topics: Iterable[str] | None = None,
-                 on_poison: str = "dead-letter", max_messages: int = 1_000_000,
+                 on_poison: str = "dead-letter", max_messages: int = 5_000_000,
                  name: str = "warehouse", owned: OwnedTopics | None = None,
                  driver_merge_below: int = 0):
         self.spark, self.root = spark, Path(root)
@@ -198,6 +201,7 @@ class SparkRoute:
                  .option("startingOffsets", json.dumps(starting))
                  .option("maxOffsetsPerTrigger", str(self.max_messages * len(partitions)))
                  .option("minPartitions", str(connect.parallelism(self.spark)))
+                 .option("maxRecordsPerPartition", str(TASK_RECORDS))
                  .option("failOnDataLoss", "false")  # compaction leaves gaps
                  .load().writeStream.foreachBatch(each)
                  .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())
@@ -338,6 +342,7 @@ class SparkRoute:
                                                     for t, ps in start.items()}))
                 .option("startingOffsets", json.dumps(start))
                 .option("endingOffsets", json.dumps(end))
+                .option("maxRecordsPerPartition", str(TASK_RECORDS))
                 .option("failOnDataLoss", "false"))
 
     def _topic(self, frame: Any, topic: str, targets: dict[TopicPartition, int],
