@@ -76,8 +76,8 @@ from schemas.topics import DEAD_LETTER, TRUNCATE, table_topics, with_prefix
 log = logging.getLogger(__name__)
 
 ROUTES = ("python", "spark")  # --route: today's default, and this module
-# offsets a Spark task reads at most: a batch of --max-messages (5M a partition by default)
-# in tasks whose cached share and spills stay bounded
+# offsets a Spark task reads at most: a batch of --max-messages in tasks whose cached share
+# and spills stay bounded
 TASK_RECORDS = 1_000_000
 STOP_TIMEOUT = 10.0  # seconds a stopped query has for its batch (commits are atomic)
 # the query's scratch checkpoint, named with the job's pid (upkeep.py removes a dead run's)
@@ -193,16 +193,9 @@ class SparkRoute:
                 return
             total.add(result)
 
-        reader = self.spark.readStream.format("kafka")
-        for name, value in kafka.java_properties(self.bootstrap).items():
-            reader = reader.option(name, value)
-        query = (reader.option("assign", json.dumps({t: sorted(int(p) for p in ps)
-                                                     for t, ps in starting.items()}))
-                 .option("startingOffsets", json.dumps(starting))
-                 .option("maxOffsetsPerTrigger", str(self.max_messages * len(partitions)))
+        reader = self._kafka(self.spark.readStream, starting)
+        query = (reader.option("maxOffsetsPerTrigger", str(self.max_messages * len(partitions)))
                  .option("minPartitions", str(connect.parallelism(self.spark)))
-                 .option("maxRecordsPerPartition", str(TASK_RECORDS))
-                 .option("failOnDataLoss", "false")  # compaction leaves gaps
                  .load().writeStream.foreachBatch(each)
                  .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())
         try:
@@ -330,18 +323,24 @@ class SparkRoute:
 
     def _range_reader(self, ranges: dict[TopicPartition, tuple[int, int]]) -> Any:
         """The batch reader of :meth:`_read`, not yet loaded."""
-        reader = self.spark.read.format("kafka")
-        for name, value in kafka.java_properties(self.bootstrap).items():
-            reader = reader.option(name, value)
         start: dict[str, dict[str, int]] = {}
         end: dict[str, dict[str, int]] = {}
         for (topic, partition), (lo, hi) in ranges.items():
             start.setdefault(topic, {})[str(partition)] = lo
             end.setdefault(topic, {})[str(partition)] = hi
+        return self._kafka(self.spark.read, start).option("endingOffsets", json.dumps(end))
+
+    def _kafka(self, reader: Any, starting: dict[str, dict[str, int]]) -> Any:
+        """``reader`` (``spark.read`` or ``spark.readStream``) as Spark's Kafka source of the
+        partitions of ``starting`` (topic -> partition -> first offset), the options the
+        stream and the batch reads share: the client's properties, tasks of at most
+        ``TASK_RECORDS`` offsets, and gaps allowed (compaction leaves them)."""
+        reader = reader.format("kafka")
+        for name, value in kafka.java_properties(self.bootstrap).items():
+            reader = reader.option(name, value)
         return (reader.option("assign", json.dumps({t: sorted(int(p) for p in ps)
-                                                    for t, ps in start.items()}))
-                .option("startingOffsets", json.dumps(start))
-                .option("endingOffsets", json.dumps(end))
+                                                    for t, ps in starting.items()}))
+                .option("startingOffsets", json.dumps(starting))
                 .option("maxRecordsPerPartition", str(TASK_RECORDS))
                 .option("failOnDataLoss", "false"))
 
