@@ -138,9 +138,13 @@ class OwnedTopics:
 
     def _client(self) -> Consumer:
         if self._consumer is None:
+            # a fetch of the last read can still wait at the broker (librdkafka's 500 ms) when
+            # the next refresh asks for the watermarks, which the broker answers after it
+            # (docs/warehouse.md, "A warm server's steady state"): its fetches wait 10 ms at most
             self._consumer = Consumer(reader_config(
                 self.bootstrap, "ownership", **{"auto.offset.reset": "earliest",
-                                                "enable.partition.eof": False}))
+                                                "enable.partition.eof": False,
+                                                "fetch.wait.max.ms": 10}))
         return self._consumer
 
     def _read(self) -> None:
