@@ -50,7 +50,8 @@ LAG_INTERVAL = 1.0  # seconds: the continuous job's --interval, on either route
 IDLE_SECONDS = 10
 # Loads of the topic through a fresh Spark Connect server before its figures: its optimising
 # compiler keeps speeding them up for eight or nine (session 27: batches of 15.8, 5.8, 4.7, 4.4,
-# 4.3, 5.2, 3.8, 3.7, 3.5, 3.4, then 3.4-3.7 s; docs/warehouse.md, "A JVM that stays")
+# 4.3, 5.2, 3.8, 3.7, 3.5, 3.4, then 3.5-3.7 s; docs/warehouse.md, "A warm server's steady
+# state")
 WARM_LOADS = 10
 SERVING = "serving the spark route's session on (sc://[^ ]+)"
 BATCH = r"warehouse: (\d+) messages .* in ([\d.]+) s"
