@@ -13,7 +13,7 @@ from psycopg import sql
 
 from common.errors import BottlerError
 from common.pgclients import major_of, wheel_bin_dirs
-from compose.procs import PidFile, wait_until
+from compose.procs import PidFile, gone_within, wait_until
 
 SETTINGS = {
     "listen_addresses": "'127.0.0.1'",
@@ -184,13 +184,16 @@ class PostgresCluster:
         self.create_databases(databases)
 
     def stop(self) -> None:
-        if self.running_pid() is None:
+        if (pid := self.running_pid()) is None:
             return
         bin_dir = self.bin_dir()
         self._run(
             [str(bin_dir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "-t", "60", "stop"],
             "pg_ctl stop",
         )
+        # pg_ctl returns once the server removed its lock file, a moment before its process
+        # ends (longer on a busy machine): the stop returns when the process is gone
+        gone_within([pid], 10.0)
 
     def create_databases(self, names: tuple[str, ...]) -> None:
         with psycopg.connect(self.dsn(), autocommit=True) as conn:

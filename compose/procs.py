@@ -124,19 +124,19 @@ def end_marked(value: str, settle: float = 1.0, grace: float = 5.0) -> int:
     """End every process marked ``value``: those still there after ``settle`` seconds (a
     helper finishing on its own, as multiprocessing's resource tracker does) get SIGTERM, then
     SIGKILL after ``grace`` seconds. Returns how many had to be signalled."""
-    left = _gone_within(marked(value), settle)
+    left = gone_within(marked(value), settle)
     signalled = len(left)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in left:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-        left = _gone_within(left, grace)
+        left = gone_within(left, grace)
         if not left:
             break
     return signalled
 
 
-def _gone_within(pids: list[int], timeout: float) -> list[int]:
+def gone_within(pids: list[int], timeout: float) -> list[int]:
     """Waits until the processes are gone or ``timeout`` passed; returns those still alive."""
     deadline = time.monotonic() + timeout
     while pids and time.monotonic() < deadline:
