@@ -175,6 +175,7 @@ def test_the_client_properties_reach_the_java_client():
     assert options["kafka.ssl.truststore.location"] == "/ca.pem"
     assert options["kafka.isolation.level"] == "read_committed"  # the Java client's is not
     assert options["kafka.max.poll.records"] == "10000"  # the Java client's is 500
+    assert options["kafka.fetch.max.wait.ms"] == "10"  # the broker holds a fetch 500 ms
 
 
 TAGS = """

@@ -15,6 +15,8 @@ from materializers.warehouse.source import SCHEMA
 
 CONNECTOR = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 POLL_RECORDS = 10_000  # the Java consumer's max.poll.records (librdkafka has no such property)
+# ms the broker holds a fetch that finds no record (the Java client's fetch.max.wait.ms, 500)
+FETCH_WAIT_MS = 10
 
 
 def java_properties(connection: Connection) -> dict[str, str]:
@@ -46,6 +48,11 @@ def java_properties(connection: Connection) -> dict[str, str]:
     # Spark's consumer polls until its range is read: at the Java client's 500 records a
     # poll, a million rows take 2,000 polls (docs/warehouse.md, "The Kafka read")
     out.setdefault("max.poll.records", str(POLL_RECORDS))
+    # A task's range ends where the records do (a batch's, at the high watermark), and its
+    # last poll fetched past it: the broker held that fetch 500 ms, a task's whole tail
+    # (docs/warehouse.md, "A warm server's steady state"); records are there or not, so
+    # nothing is gained by the wait
+    out.setdefault("fetch.max.wait.ms", str(FETCH_WAIT_MS))
     return {f"kafka.{k}": v for k, v in out.items()}
 
 
